@@ -1,0 +1,86 @@
+"""``tft``: the command-line entry point.
+
+Each subcommand lives in the module that owns its work and exposes two functions::
+
+    def configure(parser: argparse.ArgumentParser) -> None   # add its arguments
+    def run(args: argparse.Namespace) -> int | None           # do the work
+
+The table below names them; a module is imported only when its command runs, so
+``tft --help`` answers at once without importing TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "build-vocab": ("tf_transformer.data.commands", "train the shared SentencePiece vocabulary"),
+    "train": ("tf_transformer.training.commands", "train a model with model.fit (the paper's recipe)"),
+    "average": ("tf_transformer.training.averaging", "average the last N checkpoints into one model"),
+    "translate": ("tf_transformer.decoding.commands", "translate a file or stdin with beam search"),
+    "evaluate": ("tf_transformer.evaluation.commands", "translate a test set and score it (sacreBLEU, chrF)"),
+    "export": ("tf_transformer.serving.export", "export a SavedModel for TF Serving"),
+    "tune": ("tf_transformer.tuning.commands", "Keras Tuner search over heads, depth, d_ff, dropout"),
+    "ablate": ("tf_transformer.tuning.ablation", "train Table 3 rows at small scale and report"),
+    "plot-attention": ("tf_transformer.viz.attention", "draw attention weights like the paper's appendix"),
+    "params": ("tf_transformer.model", "count parameters of presets beside the paper's column"),
+    "forward": ("tf_transformer.model", "run one forward pass of a config's model on the bundled data"),
+}
+
+
+def _quiet_tensorflow() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    from tf_transformer import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="tft",
+        description="tf-transformer: train, decode, evaluate, export and study the Transformer "
+        "of 'Attention Is All You Need'.",
+    )
+    parser.add_argument("--version", action="version", version=f"tf-transformer {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == command:
+            mod = importlib.import_module(module)
+            configure = getattr(mod, "configure_" + name.replace("-", "_"), None) or mod.configure
+            configure(p)
+            p.set_defaults(_run=getattr(mod, "run_" + name.replace("-", "_"), None) or mod.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command not in COMMANDS:
+        command = None
+    if command is not None:
+        _quiet_tensorflow()
+    parser = build_parser(command)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    from tf_transformer.config import ConfigError
+    from tf_transformer.errors import UserError
+
+    try:
+        code = args._run(args)
+    except (ConfigError, UserError) as e:
+        print(f"tft {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"tft {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return int(code or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,466 @@
+"""Typed configuration: model, data, training and decoding sections, YAML presets, validation.
+
+A config file is YAML with up to four sections and an optional parent::
+
+    extends: base            # a preset name or a path relative to this file
+    model:  {d_model: 256, num_heads: 4, ...}
+    data:   {source: multi30k, ...}
+    train:  {warmup_steps: 4000, ...}
+    decode: {beam_size: 4, alpha: 0.6, ...}
+
+Presets shipped with the package live in ``tf_transformer/configs`` (``configs/`` at the
+repository root points there): ``base``, ``big``, ``multi30k_small`` and the 18 rows of the
+paper's Table 3 as ``table3/A1`` ... ``table3/E``.
+
+Every error names the field, the value and the rule, e.g.
+``model.d_model=500 is not divisible by model.num_heads=8 (key_dim is derived as d_model/num_heads)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping, Optional, Union, get_args, get_origin, get_type_hints
+
+PRESET_DIR = Path(__file__).resolve().parent / "configs"
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, of the wrong type or breaks a rule."""
+
+
+# ---------------------------------------------------------------------------------------
+# Sections
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelConfig:
+    """Architecture hyper-parameters (SPEC section 1-2). Defaults are the paper's base model.
+
+    ``key_dim`` (d_k) and ``value_dim`` (d_v) default to ``d_model // num_heads``; Table 3
+    sets them independently.
+    """
+
+    vocab_size: Optional[int] = None
+    d_model: int = 512
+    num_layers: int = 6
+    num_heads: int = 8
+    key_dim: Optional[int] = None
+    value_dim: Optional[int] = None
+    d_ff: int = 2048
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    relu_dropout: float = 0.0
+    position_encoding: str = "sinusoidal"  # or "learned" (Table 3 row E)
+    max_length: int = 512  # rows of the learned position table; sinusoids have no limit
+    layer_norm_epsilon: float = 1e-6
+    pad_id: int = 0
+
+    def resolved(self) -> "ModelConfig":
+        """A copy with ``key_dim``/``value_dim`` filled in."""
+        c = dataclasses.replace(self)
+        if c.key_dim is None:
+            c.key_dim = c.d_model // c.num_heads
+        if c.value_dim is None:
+            c.value_dim = c.d_model // c.num_heads
+        return c
+
+    def validate(self, require_vocab: bool = True) -> None:
+        p = "model."
+        if require_vocab and self.vocab_size is None:
+            raise ConfigError(
+                f"{p}vocab_size is missing: set it in the config or build a vocabulary "
+                "(tft build-vocab) and point data.vocab_model at it"
+            )
+        if self.vocab_size is not None:
+            _positive(p + "vocab_size", self.vocab_size)
+        for name in ("d_model", "num_layers", "num_heads", "d_ff", "max_length"):
+            _positive(p + name, getattr(self, name))
+        for name in ("key_dim", "value_dim"):
+            value = getattr(self, name)
+            if value is None:
+                if self.d_model % self.num_heads:
+                    raise ConfigError(
+                        f"{p}d_model={self.d_model} is not divisible by {p}num_heads="
+                        f"{self.num_heads} ({name} is derived as d_model/num_heads; "
+                        f"set {p}{name} explicitly or change one of them)"
+                    )
+            else:
+                _positive(p + name, value)
+        for name in ("dropout", "attention_dropout", "relu_dropout"):
+            _probability(p + name, getattr(self, name))
+        if self.position_encoding not in ("sinusoidal", "learned"):
+            raise ConfigError(
+                f"{p}position_encoding={self.position_encoding!r} is not one of "
+                "'sinusoidal', 'learned'"
+            )
+        if self.layer_norm_epsilon <= 0:
+            raise ConfigError(f"{p}layer_norm_epsilon={self.layer_norm_epsilon} must be > 0")
+        if self.pad_id < 0:
+            raise ConfigError(f"{p}pad_id={self.pad_id} must be >= 0")
+        if self.vocab_size is not None and self.pad_id >= self.vocab_size:
+            raise ConfigError(f"{p}pad_id={self.pad_id} must be < vocab_size={self.vocab_size}")
+
+
+@dataclass
+class DataConfig:
+    """Where the parallel text comes from and how it is batched (SPEC section 3).
+
+    ``source``: ``multi30k`` (the bundled copy), ``text`` (plain parallel files, .txt or
+    .gz) or ``tfds`` (a TFDS translation dataset such as ``wmt14_translate/de-en``).
+    """
+
+    source: str = "multi30k"
+    source_lang: str = "en"
+    target_lang: str = "de"
+    # plain text files (source == "text"); for multi30k these default to data/multi30k/*
+    train_source: Optional[str] = None
+    train_target: Optional[str] = None
+    valid_source: Optional[str] = None
+    valid_target: Optional[str] = None
+    test_source: Optional[str] = None
+    test_target: Optional[str] = None
+    multi30k_dir: Optional[str] = None  # default: the bundled data/multi30k
+    # TFDS (source == "tfds")
+    tfds_name: Optional[str] = None
+    tfds_data_dir: Optional[str] = None
+    tfds_train_split: str = "train"
+    tfds_valid_split: str = "validation"
+    tfds_test_split: str = "test"
+    # vocabulary
+    vocab_model: Optional[str] = None  # SentencePiece .model file
+    vocab_size: int = 8000
+    vocab_model_type: str = "bpe"
+    vocab_character_coverage: float = 1.0
+    vocab_input_sentence_size: int = 2_000_000
+    # batching
+    tokens_per_batch: int = 4096  # about this many source AND this many target tokens
+    max_length: int = 100  # pairs with either side longer (in tokens, incl. BOS/EOS) dropped
+    bucket_width: int = 0  # 0 = automatic bucket boundaries
+    shuffle_buffer: int = 100_000
+    seed: int = 1234
+    invalid_utf8: str = "error"  # or "replace" (loud: counted and reported)
+
+    def validate(self) -> None:
+        p = "data."
+        if self.source not in ("multi30k", "text", "tfds"):
+            raise ConfigError(f"{p}source={self.source!r} is not one of 'multi30k', 'text', 'tfds'")
+        if self.source == "text" and not (self.train_source and self.train_target):
+            raise ConfigError(
+                f"{p}source='text' needs {p}train_source and {p}train_target (parallel files)"
+            )
+        if self.source == "tfds" and not self.tfds_name:
+            raise ConfigError(f"{p}source='tfds' needs {p}tfds_name, e.g. 'wmt14_translate/de-en'")
+        for name in ("vocab_size", "tokens_per_batch", "max_length", "shuffle_buffer"):
+            _positive(p + name, getattr(self, name))
+        if self.bucket_width < 0:
+            raise ConfigError(f"{p}bucket_width={self.bucket_width} must be >= 0")
+        if self.vocab_model_type not in ("bpe", "unigram", "char", "word"):
+            raise ConfigError(f"{p}vocab_model_type={self.vocab_model_type!r} is not a SentencePiece model type")
+        if self.invalid_utf8 not in ("error", "replace"):
+            raise ConfigError(f"{p}invalid_utf8={self.invalid_utf8!r} is not one of 'error', 'replace'")
+        if self.source_lang == self.target_lang:
+            raise ConfigError(f"{p}source_lang and {p}target_lang are both {self.source_lang!r}")
+
+
+@dataclass
+class TrainConfig:
+    """The paper's recipe (SPEC section 3): Adam(0.9, 0.98, 1e-9), warmup/inverse-sqrt,
+    label smoothing 0.1, checkpoints every 10 minutes, averaging of the last 5."""
+
+    train_steps: int = 100_000
+    steps_per_epoch: int = 1000  # Keras "epoch" = this many updates (logs, validation)
+    warmup_steps: int = 4000
+    learning_rate_scale: float = 1.0  # multiplies d_model^-0.5 * min(...)
+    adam_beta_1: float = 0.9
+    adam_beta_2: float = 0.98
+    adam_epsilon: float = 1e-9
+    label_smoothing: float = 0.1
+    clip_norm: Optional[float] = None
+    tokens_per_update: Optional[int] = None  # gradient accumulation target (target tokens)
+    checkpoint_every_minutes: float = 10.0
+    keep_checkpoints: int = 20
+    average_last: int = 5
+    model_dir: str = "runs/default"
+    strategy: str = "auto"  # auto | default | mirrored | multiworker
+    mixed_precision: Optional[str] = None  # None | mixed_float16 | mixed_bfloat16
+    jit_compile: bool = False
+    validation_steps: Optional[int] = None  # None = whole validation set
+    max_minutes: Optional[float] = None  # stop training after this wall-clock budget
+    seed: int = 1234
+
+    def validate(self) -> None:
+        p = "train."
+        for name in ("train_steps", "steps_per_epoch", "warmup_steps", "keep_checkpoints", "average_last"):
+            _positive(p + name, getattr(self, name))
+        if self.learning_rate_scale <= 0:
+            raise ConfigError(f"{p}learning_rate_scale={self.learning_rate_scale} must be > 0")
+        for name in ("adam_beta_1", "adam_beta_2"):
+            v = getattr(self, name)
+            if not 0.0 <= v < 1.0:
+                raise ConfigError(f"{p}{name}={v} must be in [0, 1)")
+        if self.adam_epsilon <= 0:
+            raise ConfigError(f"{p}adam_epsilon={self.adam_epsilon} must be > 0")
+        _probability(p + "label_smoothing", self.label_smoothing)
+        if self.clip_norm is not None and self.clip_norm <= 0:
+            raise ConfigError(f"{p}clip_norm={self.clip_norm} must be > 0 or null")
+        if self.tokens_per_update is not None:
+            _positive(p + "tokens_per_update", self.tokens_per_update)
+        if self.checkpoint_every_minutes <= 0:
+            raise ConfigError(f"{p}checkpoint_every_minutes={self.checkpoint_every_minutes} must be > 0")
+        if self.strategy not in ("auto", "default", "mirrored", "multiworker"):
+            raise ConfigError(
+                f"{p}strategy={self.strategy!r} is not one of 'auto', 'default', 'mirrored', 'multiworker'"
+            )
+        if self.mixed_precision not in (None, "float32", "mixed_float16", "mixed_bfloat16"):
+            raise ConfigError(
+                f"{p}mixed_precision={self.mixed_precision!r} is not one of null, "
+                "'float32', 'mixed_float16', 'mixed_bfloat16'"
+            )
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise ConfigError(f"{p}max_minutes={self.max_minutes} must be > 0 or null")
+
+
+@dataclass
+class DecodeConfig:
+    """Beam search as in the paper (SPEC section 4)."""
+
+    beam_size: int = 4
+    alpha: float = 0.6
+    max_extra_length: int = 50  # output may be up to input length + this
+    batch_size: int = 64  # sentences per decoding batch
+
+    def validate(self) -> None:
+        p = "decode."
+        _positive(p + "beam_size", self.beam_size)
+        _positive(p + "batch_size", self.batch_size)
+        if self.alpha < 0:
+            raise ConfigError(f"{p}alpha={self.alpha} must be >= 0")
+        if self.max_extra_length < 0:
+            raise ConfigError(f"{p}max_extra_length={self.max_extra_length} must be >= 0")
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    name: Optional[str] = None
+
+    def validate(self, require_vocab: bool = True) -> "Config":
+        self.model.validate(require_vocab=require_vocab)
+        self.data.validate()
+        self.train.validate()
+        self.decode.validate()
+        return self
+
+    def to_dict(self) -> dict:
+        return {
+            "model": dataclasses.asdict(self.model),
+            "data": dataclasses.asdict(self.data),
+            "train": dataclasses.asdict(self.train),
+            "decode": dataclasses.asdict(self.decode),
+        }
+
+
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "decode": DecodeConfig}
+
+
+# ---------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------
+
+
+def list_presets() -> list[str]:
+    """Names accepted by :func:`load_config` besides file paths."""
+    names = [p.stem for p in sorted(PRESET_DIR.glob("*.yaml"))]
+    names += ["table3/" + p.stem for p in sorted((PRESET_DIR / "table3").glob("*.yaml"))]
+    return names
+
+
+def _resolve_path(name_or_path: Union[str, os.PathLike], relative_to: Optional[Path] = None) -> Path:
+    text = str(name_or_path)
+    candidates = []
+    path = Path(text)
+    if relative_to is not None and not path.is_absolute():
+        candidates.append(relative_to / path)
+    candidates.append(path)
+    if not text.endswith((".yaml", ".yml")):
+        candidates.append(PRESET_DIR / (text + ".yaml"))
+    candidates.append(PRESET_DIR / text)
+    for c in candidates:
+        if c.is_file():
+            return c.resolve()
+    raise ConfigError(
+        f"config {text!r} is neither a file nor a preset; presets: {', '.join(list_presets())}"
+    )
+
+
+def _read_yaml(path: Path) -> dict:
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text ({e})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with sections model/data/train/decode, got {type(data).__name__}")
+    return data
+
+
+def _merge(base: dict, over: Mapping) -> dict:
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _load_raw(path: Path, seen: tuple = ()) -> dict:
+    if path in seen:
+        raise ConfigError(f"{path}: 'extends' forms a cycle: {' -> '.join(map(str, seen + (path,)))}")
+    raw = _read_yaml(path)
+    parent = raw.pop("extends", None)
+    if parent is not None:
+        base = _load_raw(_resolve_path(parent, path.parent), seen + (path,))
+        raw = _merge(base, raw)
+    return raw
+
+
+def _coerce(where: str, value: Any, annotation: Any) -> Any:
+    origin = get_origin(annotation)
+    if origin is Union:
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(where, value, args[0])
+    if value is None:
+        raise ConfigError(f"{where}=null is not allowed (expected {annotation.__name__})")
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}={value!r} must be true or false")
+    if annotation is int:
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
+            raise ConfigError(f"{where}={value!r} must be an integer")
+        return int(value)
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}={value!r} must be a number")
+        if math.isnan(value):
+            raise ConfigError(f"{where}=nan is not a number")
+        return float(value)
+    if annotation is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}={value!r} must be a string")
+        return value
+    return value
+
+
+def _build_section(name: str, cls, values: Any, source: str):
+    if values is None:
+        values = {}
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{source}: section '{name}' must be a mapping, got {type(values).__name__}")
+    hints = get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        if key not in known:
+            close = [k for k in known if k.split("_")[0] == str(key).split("_")[0]]
+            hint = f" (did you mean {', '.join(sorted(close))}?)" if close else ""
+            raise ConfigError(
+                f"{source}: unknown field {name}.{key}{hint}; known fields: {', '.join(sorted(known))}"
+            )
+        kwargs[key] = _coerce(f"{name}.{key}", value, hints[key])
+    return cls(**kwargs)
+
+
+def config_from_dict(raw: Mapping, source: str = "<dict>", validate: bool = True, require_vocab: bool = False) -> Config:
+    raw = dict(raw)
+    raw.pop("extends", None)
+    name = raw.pop("name", None)
+    unknown = set(raw) - set(SECTIONS)
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown section(s) {', '.join(sorted(map(str, unknown)))}; "
+            f"expected {', '.join(SECTIONS)} (and optional 'extends', 'name')"
+        )
+    sections = {k: _build_section(k, cls, raw.get(k), source) for k, cls in SECTIONS.items()}
+    cfg = Config(name=name, **sections)
+    if validate:
+        try:
+            cfg.validate(require_vocab=require_vocab)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+    return cfg
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"train.warmup_steps=100"`` -> ``("train.warmup_steps", 100)`` (value parsed as YAML)."""
+    import yaml
+
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like section.field=value, e.g. train.warmup_steps=100")
+    key, value = text.split("=", 1)
+    key = key.strip()
+    if key.count(".") != 1:
+        raise ConfigError(f"override {text!r}: the key must be section.field, e.g. model.d_model")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError:
+        parsed = value
+    return key, parsed
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    out = _merge(raw, {})
+    for item in overrides or []:
+        key, value = parse_override(item)
+        section, name = key.split(".")
+        if section not in SECTIONS:
+            raise ConfigError(f"override {item!r}: unknown section {section!r}; expected {', '.join(SECTIONS)}")
+        out.setdefault(section, {})
+        if out[section] is None:
+            out[section] = {}
+        out[section][name] = value
+    return out
+
+
+def load_config(
+    name_or_path: Union[str, os.PathLike],
+    overrides: Optional[list[str]] = None,
+    validate: bool = True,
+    require_vocab: bool = False,
+) -> Config:
+    """Load a preset (``"base"``, ``"table3/C3"``) or a YAML file, apply ``section.field=value``
+    overrides and validate. ``require_vocab`` makes a missing ``model.vocab_size`` an error
+    (training fills it from the vocabulary when it is not set)."""
+    path = _resolve_path(name_or_path)
+    raw = apply_overrides(_load_raw(path), overrides or [])
+    cfg = config_from_dict(raw, source=str(path), validate=validate, require_vocab=require_vocab)
+    if cfg.name is None:
+        cfg.name = path.stem if path.parent.name != "table3" else "table3/" + path.stem
+    return cfg
+
+
+def _positive(where: str, value) -> None:
+    if value is None or value <= 0:
+        raise ConfigError(f"{where}={value} must be > 0")
+
+
+def _probability(where: str, value) -> None:
+    if not 0.0 <= value < 1.0:
+        raise ConfigError(f"{where}={value} must be in [0, 1)")

@@ -1,0 +1,180 @@
+"""Scaled dot-product attention and multi-head attention (paper section 3.2).
+
+Written with ``keras.ops`` only. Masks are boolean with ``True`` = "may attend". Attention
+logits are computed in the layer's compute dtype, then the softmax runs in float32 with
+masked positions set to a large negative number (-1e9 in float32), so masking is safe under
+``mixed_float16`` and ``mixed_bfloat16`` (a float16 logit can never hold -1e9, float32 can).
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+from keras import ops
+
+MASK_VALUE = -1e9
+
+
+def scaled_dot_product_attention(query, key, value, mask=None, dropout=None, training=None):
+    """``softmax(Q K^T / sqrt(d_k)) V`` over the last two axes.
+
+    Args:
+        query: ``[batch, heads, q_length, d_k]``.
+        key: ``[batch, heads, k_length, d_k]``.
+        value: ``[batch, heads, k_length, d_v]``.
+        mask: optional boolean tensor broadcastable to ``[batch, heads, q_length, k_length]``;
+            ``True`` where a query may attend to a key.
+        dropout: optional ``keras.layers.Dropout`` applied to the attention weights.
+        training: passed to ``dropout``.
+
+    Returns:
+        ``(output [batch, heads, q_length, d_v], weights [batch, heads, q_length, k_length])``;
+        ``weights`` are float32 and every row sums to 1 (a row whose keys are all masked is
+        uniform over them rather than NaN).
+
+    Example:
+        >>> q = k = v = keras.random.normal((2, 4, 5, 8))
+        >>> out, w = scaled_dot_product_attention(q, k, v)
+        >>> tuple(out.shape), tuple(w.shape)
+        ((2, 4, 5, 8), (2, 4, 5, 5))
+    """
+    d_k = ops.shape(query)[-1]
+    scale = 1.0 / math.sqrt(d_k)
+    scores = ops.matmul(query, ops.swapaxes(key, -1, -2))
+    scores = ops.cast(scores, "float32") * scale
+    if mask is not None:
+        scores = ops.where(mask, scores, ops.cast(MASK_VALUE, "float32"))
+    weights = ops.softmax(scores, axis=-1)
+    probs = ops.cast(weights, value.dtype)
+    if dropout is not None:
+        probs = dropout(probs, training=training)
+    return ops.matmul(probs, value), weights
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention with independent ``key_dim`` (d_k) and ``value_dim`` (d_v).
+
+    ``MultiHead(Q, K, V) = Concat(head_1..head_h) W^O`` with
+    ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``. Every head sees the whole
+    ``d_model`` input. As in the paper's equations (and tensor2tensor), the four
+    projections have no bias by default.
+
+    Args:
+        num_heads: ``h``.
+        key_dim: ``d_k``, size of each head's queries and keys.
+        value_dim: ``d_v``, size of each head's values; defaults to ``key_dim``.
+        output_dim: size of the output; defaults to the query's last dimension.
+        dropout: dropout rate on the attention weights (0 in the paper).
+        use_bias: add biases to the projections.
+
+    Call arguments:
+        query: ``[batch, q_length, d_model]``.
+        value: ``[batch, k_length, d_model]`` (keys and values come from it); defaults to
+            ``query`` (self-attention).
+        attention_mask: boolean, broadcastable to ``[batch, q_length, k_length]`` (or
+            ``[batch, heads, q_length, k_length]``); ``True`` = may attend.
+        return_attention_scores: also return the ``[batch, heads, q_length, k_length]``
+            weights.
+
+    Output shape: ``[batch, q_length, output_dim]``.
+
+    Example:
+        >>> mha = MultiHeadAttention(num_heads=8, key_dim=64)
+        >>> x = keras.random.normal((2, 10, 512))
+        >>> tuple(mha(x).shape)
+        (2, 10, 512)
+    """
+
+    def __init__(self, num_heads, key_dim, value_dim=None, output_dim=None, dropout=0.0,
+                 use_bias=False, kernel_initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.key_dim = int(key_dim)
+        self.value_dim = int(value_dim) if value_dim is not None else self.key_dim
+        self.output_dim = output_dim
+        self.dropout_rate = float(dropout)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.attention_dropout = keras.layers.Dropout(self.dropout_rate) if self.dropout_rate else None
+
+    def build(self, query_shape, value_shape=None):
+        d_query = query_shape[-1]
+        d_value = (value_shape or query_shape)[-1]
+        out = self.output_dim or d_query
+        h, dk, dv = self.num_heads, self.key_dim, self.value_dim
+
+        def dense(name, d_in, d_out):
+            kernel = self.add_weight(name=f"{name}_kernel", shape=(d_in, d_out),
+                                     initializer=self.kernel_initializer)
+            bias = (self.add_weight(name=f"{name}_bias", shape=(d_out,), initializer="zeros")
+                    if self.use_bias else None)
+            return kernel, bias
+
+        self.query_kernel, self.query_bias = dense("query", d_query, h * dk)
+        self.key_kernel, self.key_bias = dense("key", d_value, h * dk)
+        self.value_kernel, self.value_bias = dense("value", d_value, h * dv)
+        self.output_kernel, self.output_bias = dense("output", h * dv, out)
+        self.built = True
+
+    # -- pieces, also used by the incremental decoder ----------------------------------
+    def _project(self, x, kernel, bias, depth):
+        y = ops.matmul(x, ops.cast(kernel, x.dtype))
+        if bias is not None:
+            y = y + ops.cast(bias, x.dtype)
+        b, t = ops.shape(x)[0], ops.shape(x)[1]
+        y = ops.reshape(y, (b, t, self.num_heads, depth))
+        return ops.transpose(y, (0, 2, 1, 3))  # [batch, heads, length, depth]
+
+    def project_query(self, query):
+        """``[batch, q, d_model]`` -> ``[batch, heads, q, d_k]``."""
+        return self._project(query, self.query_kernel, self.query_bias, self.key_dim)
+
+    def project_key_value(self, value):
+        """``[batch, k, d_model]`` -> keys ``[batch, heads, k, d_k]``, values ``[batch, heads, k, d_v]``."""
+        return (self._project(value, self.key_kernel, self.key_bias, self.key_dim),
+                self._project(value, self.value_kernel, self.value_bias, self.value_dim))
+
+    def combine_heads(self, context):
+        """``[batch, heads, q, d_v]`` -> ``[batch, q, output_dim]`` through ``W^O``."""
+        b, q = ops.shape(context)[0], ops.shape(context)[2]
+        x = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (b, q, self.num_heads * self.value_dim))
+        y = ops.matmul(x, ops.cast(self.output_kernel, x.dtype))
+        if self.output_bias is not None:
+            y = y + ops.cast(self.output_bias, y.dtype)
+        return y
+
+    def attend(self, query, key, value, mask=None, training=None):
+        """Attention of projected query heads over projected ``key``/``value`` heads."""
+        if mask is not None and len(mask.shape) == 3:
+            mask = ops.expand_dims(mask, 1)
+        context, weights = scaled_dot_product_attention(
+            query, key, value, mask=mask, dropout=self.attention_dropout, training=training)
+        return self.combine_heads(context), weights
+
+    def call(self, query, value=None, attention_mask=None, return_attention_scores=False, training=None):
+        if value is None:
+            value = query
+        q = self.project_query(query)
+        k, v = self.project_key_value(value)
+        output, weights = self.attend(q, k, v, mask=attention_mask, training=training)
+        if return_attention_scores:
+            return output, weights
+        return output
+
+    def compute_output_shape(self, query_shape, value_shape=None):
+        return tuple(query_shape[:-1]) + (self.output_dim or query_shape[-1],)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            key_dim=self.key_dim,
+            value_dim=self.value_dim,
+            output_dim=self.output_dim,
+            dropout=self.dropout_rate,
+            use_bias=self.use_bias,
+            kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+        )
+        return config

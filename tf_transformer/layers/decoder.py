@@ -1,0 +1,185 @@
+"""Decoder layer and stack (paper section 3.1) with an incremental key/value cache."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+from tf_transformer.layers.encoder import _SublayerSettings, padding_attention_mask
+
+
+def causal_mask(length):
+    """``[length, length]`` bool, ``True`` on and below the diagonal: position i sees j <= i."""
+    i = ops.arange(length)
+    return ops.greater_equal(i[:, None], i[None, :])
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class DecoderLayer(_SublayerSettings):
+    """Masked self-attention, encoder-decoder attention, FFN; each post-LN with residual dropout.
+
+    Args: as :class:`~tf_transformer.layers.encoder.EncoderLayer`.
+
+    Call arguments:
+        x: ``[batch, target_length, d_model]``.
+        memory: encoder output ``[batch, source_length, d_model]``.
+        self_mask: bool, broadcastable to ``[batch, 1, target_length, target_length]``
+            (causal and target padding).
+        memory_mask: ``[batch, source_length]`` bool, True for real source tokens.
+        return_attention_scores: also return ``(self_weights, cross_weights)``.
+
+    Output shape: ``[batch, target_length, d_model]``.
+
+    Example:
+        >>> layer = DecoderLayer(num_heads=4, key_dim=8, d_ff=64)
+        >>> x, m = keras.random.normal((2, 6, 32)), keras.random.normal((2, 5, 32))
+        >>> tuple(layer(x, m).shape)
+        (2, 6, 32)
+    """
+
+    def __init__(self, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1, **kwargs):
+        super().__init__(num_heads, key_dim, value_dim, d_ff, dropout, **kwargs)
+        self.self_attention = self._attention("self_attention")
+        self.self_attention_norm = self._norm("self_attention_norm")
+        self.cross_attention = self._attention("cross_attention")
+        self.cross_attention_norm = self._norm("cross_attention_norm")
+        self.ffn = self._ffn()
+        self.ffn_norm = self._norm("ffn_norm")
+        self.dropout = keras.layers.Dropout(self.dropout_rate)
+
+    def build(self, input_shape, memory_shape=None):
+        memory_shape = memory_shape or input_shape
+        self.self_attention.build(input_shape, input_shape)
+        self.self_attention_norm.build(input_shape)
+        self.cross_attention.build(input_shape, memory_shape)
+        self.cross_attention_norm.build(input_shape)
+        self.ffn.build(input_shape)
+        self.ffn_norm.build(input_shape)
+        self.built = True
+
+    def _residual(self, x, y, norm, training):
+        return norm(x + self.dropout(y, training=training))
+
+    def _cross_and_ffn(self, x, cross_k, cross_v, memory_mask, training):
+        q = self.cross_attention.project_query(x)
+        mask = None if memory_mask is None else padding_attention_mask(memory_mask)
+        y, weights = self.cross_attention.attend(q, cross_k, cross_v, mask=mask, training=training)
+        x = self._residual(x, y, self.cross_attention_norm, training)
+        x = self._residual(x, self.ffn(x, training=training), self.ffn_norm, training)
+        return x, weights
+
+    def call(self, x, memory, self_mask=None, memory_mask=None, return_attention_scores=False, training=None):
+        y, self_weights = self.self_attention(x, x, attention_mask=self_mask, return_attention_scores=True,
+                                              training=training)
+        x = self._residual(x, y, self.self_attention_norm, training)
+        cross_k, cross_v = self.cross_attention.project_key_value(memory)
+        x, cross_weights = self._cross_and_ffn(x, cross_k, cross_v, memory_mask, training)
+        return (x, (self_weights, cross_weights)) if return_attention_scores else x
+
+    # -- incremental decoding ---------------------------------------------------------
+    def init_cache(self, memory, max_length):
+        """Cache for decoding: cross-attention K/V of ``memory`` (computed once) and
+        zero-filled self-attention K/V buffers of ``max_length`` positions.
+
+        Returns a dict of batch-major tensors: ``self_key`` ``[batch, heads, max_length, d_k]``,
+        ``self_value`` ``[batch, heads, max_length, d_v]``, ``cross_key``/``cross_value``
+        ``[batch, heads, source_length, d_k|d_v]``.
+        """
+        cross_k, cross_v = self.cross_attention.project_key_value(memory)
+        batch = ops.shape(memory)[0]
+        dtype = cross_k.dtype
+        return {
+            "self_key": ops.zeros((batch, self.num_heads, max_length, self.key_dim), dtype),
+            "self_value": ops.zeros((batch, self.num_heads, max_length, self.value_dim), dtype),
+            "cross_key": cross_k,
+            "cross_value": cross_v,
+        }
+
+    def step(self, x, cache, step, memory_mask=None):
+        """Decode one position: ``x`` ``[batch, 1, d_model]`` is the input at ``step``.
+
+        Writes this position's key/value into the self-attention buffers at index ``step``
+        and attends over positions ``0..step``. Returns ``(output [batch, 1, d_model], cache)``.
+        """
+        attn = self.self_attention
+        q = attn.project_query(x)
+        k, v = attn.project_key_value(x)
+        zero = ops.zeros((), "int32")
+        step = ops.cast(step, "int32")
+        keys = ops.slice_update(cache["self_key"], (zero, zero, step, zero), ops.cast(k, cache["self_key"].dtype))
+        values = ops.slice_update(cache["self_value"], (zero, zero, step, zero),
+                                  ops.cast(v, cache["self_value"].dtype))
+        visible = ops.less_equal(ops.arange(ops.shape(keys)[2]), step)[None, None, None, :]
+        y, _ = attn.attend(q, keys, values, mask=visible)
+        x = self._residual(x, y, self.self_attention_norm, False)
+        x, _ = self._cross_and_ffn(x, cache["cross_key"], cache["cross_value"], memory_mask, False)
+        new_cache = dict(cache)
+        new_cache["self_key"] = keys
+        new_cache["self_value"] = values
+        return x, new_cache
+
+    def compute_output_shape(self, input_shape, memory_shape=None):
+        return input_shape
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class Decoder(_SublayerSettings):
+    """A stack of ``num_layers`` :class:`DecoderLayer`.
+
+    Call arguments:
+        x: embedded, position-encoded target input ``[batch, target_length, d_model]``.
+        memory: ``[batch, source_length, d_model]``.
+        target_padding_mask: ``[batch, target_length]`` bool, True for real tokens; the
+            causal mask is always applied on top of it.
+        memory_mask: ``[batch, source_length]`` bool.
+        return_attention_scores: also return a list (one per layer) of
+            ``(self_weights, cross_weights)``.
+
+    Output shape: ``[batch, target_length, d_model]``.
+
+    Example:
+        >>> dec = Decoder(num_layers=2, num_heads=4, key_dim=8, d_ff=64)
+        >>> x, m = keras.random.normal((2, 6, 32)), keras.random.normal((2, 5, 32))
+        >>> tuple(dec(x, m).shape)
+        (2, 6, 32)
+    """
+
+    def __init__(self, num_layers, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1, **kwargs):
+        super().__init__(num_heads, key_dim, value_dim, d_ff, dropout, **kwargs)
+        self.num_layers = int(num_layers)
+        self.layers = [DecoderLayer(name=f"layer_{i}", dtype=self.dtype_policy, **self.settings())
+                       for i in range(self.num_layers)]
+
+    def build(self, input_shape, memory_shape=None):
+        for layer in self.layers:
+            layer.build(input_shape, memory_shape)
+        self.built = True
+
+    def call(self, x, memory, target_padding_mask=None, memory_mask=None, return_attention_scores=False,
+             training=None):
+        self_mask = causal_mask(ops.shape(x)[1])[None, None]
+        if target_padding_mask is not None:
+            self_mask = ops.logical_and(self_mask, padding_attention_mask(target_padding_mask))
+        all_weights = []
+        for layer in self.layers:
+            x, weights = layer(x, memory, self_mask=self_mask, memory_mask=memory_mask,
+                               return_attention_scores=True, training=training)
+            all_weights.append(weights)
+        return (x, all_weights) if return_attention_scores else x
+
+    def init_cache(self, memory, max_length):
+        return {f"layer_{i}": layer.init_cache(memory, max_length) for i, layer in enumerate(self.layers)}
+
+    def step(self, x, cache, step, memory_mask=None):
+        new_cache = {}
+        for i, layer in enumerate(self.layers):
+            x, new_cache[f"layer_{i}"] = layer.step(x, cache[f"layer_{i}"], step, memory_mask)
+        return x, new_cache
+
+    def compute_output_shape(self, input_shape, memory_shape=None):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config["num_layers"] = self.num_layers
+        return config

@@ -1,0 +1,150 @@
+"""Encoder layer and stack (paper section 3.1), post-LN: ``LayerNorm(x + Dropout(sublayer(x)))``."""
+
+from __future__ import annotations
+
+import keras
+
+from tf_transformer.layers.attention import MultiHeadAttention
+from tf_transformer.layers.feed_forward import PositionwiseFeedForward
+
+
+class _SublayerSettings(keras.layers.Layer):
+    """Hyper-parameters shared by encoder and decoder layers and stacks."""
+
+    def __init__(self, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1,
+                 attention_dropout=0.0, relu_dropout=0.0, layer_norm_epsilon=1e-6, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.key_dim = int(key_dim)
+        self.value_dim = int(value_dim) if value_dim is not None else self.key_dim
+        self.d_ff = int(d_ff)
+        self.dropout_rate = float(dropout)
+        self.attention_dropout = float(attention_dropout)
+        self.relu_dropout = float(relu_dropout)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+
+    def settings(self):
+        return dict(num_heads=self.num_heads, key_dim=self.key_dim, value_dim=self.value_dim,
+                    d_ff=self.d_ff, dropout=self.dropout_rate, attention_dropout=self.attention_dropout,
+                    relu_dropout=self.relu_dropout, layer_norm_epsilon=self.layer_norm_epsilon)
+
+    def _attention(self, name):
+        return MultiHeadAttention(self.num_heads, self.key_dim, self.value_dim,
+                                  dropout=self.attention_dropout, name=name, dtype=self.dtype_policy)
+
+    def _norm(self, name):
+        return keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name=name,
+                                               dtype=self.dtype_policy)
+
+    def _ffn(self):
+        return PositionwiseFeedForward(self.d_ff, relu_dropout=self.relu_dropout, name="ffn",
+                                       dtype=self.dtype_policy)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(self.settings())
+        return config
+
+
+def padding_attention_mask(padding_mask):
+    """``[batch, k]`` bool (True = real token) -> ``[batch, 1, 1, k]`` for every head and query."""
+    return padding_mask[:, None, None, :]
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class EncoderLayer(_SublayerSettings):
+    """Self-attention then FFN, each wrapped as ``LayerNorm(x + Dropout(sublayer(x)))``.
+
+    Args:
+        num_heads, key_dim, value_dim: attention shape (``h``, ``d_k``, ``d_v``).
+        d_ff: FFN inner size.
+        dropout: residual dropout ``P_drop``.
+        attention_dropout, relu_dropout: optional extra dropouts (0 in the paper).
+        layer_norm_epsilon: LayerNorm epsilon.
+
+    Call arguments:
+        x: ``[batch, length, d_model]``.
+        padding_mask: ``[batch, length]`` bool, True for real tokens.
+        return_attention_scores: also return ``[batch, heads, length, length]``.
+
+    Output shape: ``[batch, length, d_model]``.
+
+    Example:
+        >>> layer = EncoderLayer(num_heads=4, key_dim=8, d_ff=64)
+        >>> tuple(layer(keras.random.normal((2, 5, 32))).shape)
+        (2, 5, 32)
+    """
+
+    def __init__(self, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1, **kwargs):
+        super().__init__(num_heads, key_dim, value_dim, d_ff, dropout, **kwargs)
+        self.self_attention = self._attention("self_attention")
+        self.self_attention_norm = self._norm("self_attention_norm")
+        self.ffn = self._ffn()
+        self.ffn_norm = self._norm("ffn_norm")
+        self.dropout = keras.layers.Dropout(self.dropout_rate)
+
+    def build(self, input_shape):
+        self.self_attention.build(input_shape, input_shape)
+        self.self_attention_norm.build(input_shape)
+        self.ffn.build(input_shape)
+        self.ffn_norm.build(input_shape)
+        self.built = True
+
+    def call(self, x, padding_mask=None, return_attention_scores=False, training=None):
+        mask = None if padding_mask is None else padding_attention_mask(padding_mask)
+        y, weights = self.self_attention(x, x, attention_mask=mask, return_attention_scores=True,
+                                         training=training)
+        x = self.self_attention_norm(x + self.dropout(y, training=training))
+        y = self.ffn(x, training=training)
+        x = self.ffn_norm(x + self.dropout(y, training=training))
+        return (x, weights) if return_attention_scores else x
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class Encoder(_SublayerSettings):
+    """A stack of ``num_layers`` :class:`EncoderLayer` (the paper's N=6).
+
+    Takes the embedded, position-encoded source (the embedding dropout is applied by the
+    caller) and returns the memory the decoder attends to.
+
+    Call arguments:
+        x: ``[batch, length, d_model]``.
+        padding_mask: ``[batch, length]`` bool, True for real tokens.
+        return_attention_scores: also return a list (one per layer) of
+            ``[batch, heads, length, length]`` weights.
+
+    Example:
+        >>> enc = Encoder(num_layers=2, num_heads=4, key_dim=8, d_ff=64)
+        >>> tuple(enc(keras.random.normal((2, 5, 32))).shape)
+        (2, 5, 32)
+    """
+
+    def __init__(self, num_layers, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1, **kwargs):
+        super().__init__(num_heads, key_dim, value_dim, d_ff, dropout, **kwargs)
+        self.num_layers = int(num_layers)
+        self.layers = [EncoderLayer(name=f"layer_{i}", dtype=self.dtype_policy, **self.settings())
+                       for i in range(self.num_layers)]
+
+    def build(self, input_shape):
+        for layer in self.layers:
+            layer.build(input_shape)
+        self.built = True
+
+    def call(self, x, padding_mask=None, return_attention_scores=False, training=None):
+        all_weights = []
+        for layer in self.layers:
+            x, weights = layer(x, padding_mask=padding_mask, return_attention_scores=True, training=training)
+            all_weights.append(weights)
+        return (x, all_weights) if return_attention_scores else x
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config["num_layers"] = self.num_layers
+        return config
+

@@ -1,0 +1,57 @@
+"""Position-wise feed-forward network (paper section 3.3)."""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class PositionwiseFeedForward(keras.layers.Layer):
+    """``FFN(x) = max(0, x W1 + b1) W2 + b2``, the same weights at every position.
+
+    Args:
+        d_ff: inner size (2048 in the base model).
+        output_dim: output size; defaults to the input's last dimension (``d_model``).
+        relu_dropout: dropout on the ReLU output (0 in the paper; tensor2tensor's
+            ``relu_dropout``).
+
+    Input shape: ``[batch, length, d_model]``. Output shape: ``[batch, length, d_model]``.
+
+    Example:
+        >>> ffn = PositionwiseFeedForward(d_ff=2048)
+        >>> tuple(ffn(keras.random.normal((2, 7, 512))).shape)
+        (2, 7, 512)
+    """
+
+    def __init__(self, d_ff, output_dim=None, relu_dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.d_ff = int(d_ff)
+        self.output_dim = output_dim
+        self.relu_dropout = float(relu_dropout)
+        self.dropout = keras.layers.Dropout(self.relu_dropout) if self.relu_dropout else None
+
+    def build(self, input_shape):
+        d_in = input_shape[-1]
+        d_out = self.output_dim or d_in
+        self.inner_kernel = self.add_weight(name="inner_kernel", shape=(d_in, self.d_ff),
+                                            initializer="glorot_uniform")
+        self.inner_bias = self.add_weight(name="inner_bias", shape=(self.d_ff,), initializer="zeros")
+        self.outer_kernel = self.add_weight(name="outer_kernel", shape=(self.d_ff, d_out),
+                                            initializer="glorot_uniform")
+        self.outer_bias = self.add_weight(name="outer_bias", shape=(d_out,), initializer="zeros")
+        self.built = True
+
+    def call(self, x, training=None):
+        h = ops.relu(ops.matmul(x, ops.cast(self.inner_kernel, x.dtype)) + ops.cast(self.inner_bias, x.dtype))
+        if self.dropout is not None:
+            h = self.dropout(h, training=training)
+        return ops.matmul(h, ops.cast(self.outer_kernel, h.dtype)) + ops.cast(self.outer_bias, h.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:-1]) + (self.output_dim or input_shape[-1],)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(d_ff=self.d_ff, output_dim=self.output_dim, relu_dropout=self.relu_dropout)
+        return config

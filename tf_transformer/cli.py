@@ -26,8 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tune": ("tf_transformer.tuning.commands", "Keras Tuner search over heads, depth, d_ff, dropout"),
     "ablate": ("tf_transformer.tuning.ablation", "train Table 3 rows at small scale and report"),
     "plot-attention": ("tf_transformer.viz.attention", "draw attention weights like the paper's appendix"),
-    "params": ("tf_transformer.model", "count parameters of presets beside the paper's column"),
-    "forward": ("tf_transformer.model", "run one forward pass of a config's model on the bundled data"),
+    "params": ("tf_transformer.params", "count parameters of presets beside the paper's column"),
 }
 
 

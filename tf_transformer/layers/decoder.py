@@ -47,14 +47,14 @@ class DecoderLayer(_SublayerSettings):
         self.ffn_norm = self._norm("ffn_norm")
         self.dropout = keras.layers.Dropout(self.dropout_rate)
 
-    def build(self, input_shape, memory_shape=None):
-        memory_shape = memory_shape or input_shape
-        self.self_attention.build(input_shape, input_shape)
-        self.self_attention_norm.build(input_shape)
-        self.cross_attention.build(input_shape, memory_shape)
-        self.cross_attention_norm.build(input_shape)
-        self.ffn.build(input_shape)
-        self.ffn_norm.build(input_shape)
+    def build(self, x_shape, memory_shape=None):
+        memory_shape = memory_shape or x_shape
+        self.self_attention.build(x_shape, x_shape)
+        self.self_attention_norm.build(x_shape)
+        self.cross_attention.build(x_shape, memory_shape)
+        self.cross_attention_norm.build(x_shape)
+        self.ffn.build(x_shape)
+        self.ffn_norm.build(x_shape)
         self.built = True
 
     def _residual(self, x, y, norm, training):
@@ -118,8 +118,8 @@ class DecoderLayer(_SublayerSettings):
         new_cache["self_value"] = values
         return x, new_cache
 
-    def compute_output_shape(self, input_shape, memory_shape=None):
-        return input_shape
+    def compute_output_shape(self, x_shape, memory_shape=None):
+        return x_shape
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
@@ -150,9 +150,9 @@ class Decoder(_SublayerSettings):
         self.layers = [DecoderLayer(name=f"layer_{i}", dtype=self.dtype_policy, **self.settings())
                        for i in range(self.num_layers)]
 
-    def build(self, input_shape, memory_shape=None):
+    def build(self, x_shape, memory_shape=None):
         for layer in self.layers:
-            layer.build(input_shape, memory_shape)
+            layer.build(x_shape, memory_shape)
         self.built = True
 
     def call(self, x, memory, target_padding_mask=None, memory_mask=None, return_attention_scores=False,
@@ -176,8 +176,8 @@ class Decoder(_SublayerSettings):
             x, new_cache[f"layer_{i}"] = layer.step(x, cache[f"layer_{i}"], step, memory_mask)
         return x, new_cache
 
-    def compute_output_shape(self, input_shape, memory_shape=None):
-        return input_shape
+    def compute_output_shape(self, x_shape, memory_shape=None):
+        return x_shape
 
     def get_config(self):
         config = super().get_config()

@@ -83,11 +83,11 @@ class EncoderLayer(_SublayerSettings):
         self.ffn_norm = self._norm("ffn_norm")
         self.dropout = keras.layers.Dropout(self.dropout_rate)
 
-    def build(self, input_shape):
-        self.self_attention.build(input_shape, input_shape)
-        self.self_attention_norm.build(input_shape)
-        self.ffn.build(input_shape)
-        self.ffn_norm.build(input_shape)
+    def build(self, x_shape):
+        self.self_attention.build(x_shape, x_shape)
+        self.self_attention_norm.build(x_shape)
+        self.ffn.build(x_shape)
+        self.ffn_norm.build(x_shape)
         self.built = True
 
     def call(self, x, padding_mask=None, return_attention_scores=False, training=None):
@@ -128,9 +128,9 @@ class Encoder(_SublayerSettings):
         self.layers = [EncoderLayer(name=f"layer_{i}", dtype=self.dtype_policy, **self.settings())
                        for i in range(self.num_layers)]
 
-    def build(self, input_shape):
+    def build(self, x_shape):
         for layer in self.layers:
-            layer.build(input_shape)
+            layer.build(x_shape)
         self.built = True
 
     def call(self, x, padding_mask=None, return_attention_scores=False, training=None):

@@ -1,0 +1,88 @@
+"""Config loading and validation: every error names the field."""
+
+import pytest
+
+from tf_transformer.config import ConfigError, list_presets, load_config
+
+
+def test_every_preset_loads_and_validates():
+    names = list_presets()
+    assert {"base", "big", "multi30k_small"} <= set(names)
+    assert len([n for n in names if n.startswith("table3/")]) == 18
+    for name in names:
+        load_config(name).validate(require_vocab=True)
+
+
+def test_base_and_big_match_the_paper():
+    base, big = load_config("base"), load_config("big")
+    m = base.model.resolved()
+    assert (m.num_layers, m.d_model, m.d_ff, m.num_heads, m.key_dim, m.value_dim, m.dropout) == (6, 512, 2048, 8, 64, 64, 0.1)
+    assert (base.train.train_steps, base.train.warmup_steps, base.train.label_smoothing) == (100000, 4000, 0.1)
+    assert (base.train.adam_beta_1, base.train.adam_beta_2, base.train.adam_epsilon) == (0.9, 0.98, 1e-9)
+    assert (base.decode.beam_size, base.decode.alpha, base.decode.max_extra_length) == (4, 0.6, 50)
+    b = big.model.resolved()
+    assert (b.d_model, b.d_ff, b.num_heads, b.key_dim, b.dropout) == (1024, 4096, 16, 64, 0.3)
+    assert big.train.train_steps == 300000 and big.train.average_last == 20
+
+
+def test_table3_rows_change_only_their_fields():
+    a1 = load_config("table3/A1").model.resolved()
+    assert (a1.num_heads, a1.key_dim, a1.value_dim) == (1, 512, 512)
+    b1 = load_config("table3/B1").model.resolved()
+    assert (b1.key_dim, b1.value_dim) == (16, 64)
+    assert load_config("table3/E").model.position_encoding == "learned"
+    assert load_config("table3/D3").train.label_smoothing == 0.0
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.d_model=500", "model.d_model=500 is not divisible by model.num_heads=8"),
+    ("model.dropout=-0.1", "model.dropout=-0.1 must be in [0, 1)"),
+    ("model.num_layers=0", "model.num_layers=0 must be > 0"),
+    ("model.position_encoding=rotary", "model.position_encoding='rotary'"),
+    ("model.d_ff=abc", "model.d_ff='abc' must be an integer"),
+    ("model.dmodel=3", "unknown field model.dmodel"),
+    ("train.label_smoothing=1.5", "train.label_smoothing=1.5 must be in [0, 1)"),
+    ("train.strategy=tpu", "train.strategy='tpu'"),
+    ("decode.beam_size=0", "decode.beam_size=0 must be > 0"),
+    ("data.source=csv", "data.source='csv'"),
+])
+def test_validation_errors_name_the_field(override, message):
+    with pytest.raises(ConfigError) as e:
+        load_config("base", [override])
+    assert message in str(e.value)
+
+
+def test_explicit_key_dim_allows_indivisible_d_model():
+    cfg = load_config("base", ["model.d_model=500", "model.key_dim=50", "model.value_dim=50"])
+    assert cfg.model.resolved().key_dim == 50
+
+
+def test_missing_vocab_is_reported(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  d_model: 64\n  num_heads: 4\n")
+    with pytest.raises(ConfigError, match="model.vocab_size is missing"):
+        load_config(path, require_vocab=True)
+    assert load_config(path).model.vocab_size is None
+
+
+def test_extends_and_bad_files(tmp_path):
+    (tmp_path / "parent.yaml").write_text("model:\n  vocab_size: 100\n  d_model: 64\n  num_heads: 4\n")
+    (tmp_path / "child.yaml").write_text("extends: parent.yaml\nmodel:\n  num_layers: 2\n")
+    cfg = load_config(tmp_path / "child.yaml")
+    assert (cfg.model.vocab_size, cfg.model.d_model, cfg.model.num_layers) == (100, 64, 2)
+    (tmp_path / "bad.yaml").write_text("model: [1, 2\n")
+    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+        load_config(tmp_path / "bad.yaml")
+    (tmp_path / "sec.yaml").write_text("modle:\n  d_model: 3\n")
+    with pytest.raises(ConfigError, match="unknown section"):
+        load_config(tmp_path / "sec.yaml")
+    with pytest.raises(ConfigError, match="neither a file nor a preset"):
+        load_config(tmp_path / "nope.yaml")
+    (tmp_path / "cyc.yaml").write_text("extends: cyc.yaml\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        load_config(tmp_path / "cyc.yaml")
+
+
+def test_bad_override_syntax():
+    with pytest.raises(ConfigError, match="the key must be section.field"):
+        load_config("base", ["warmup=3"])

@@ -1,0 +1,189 @@
+"""Layers: numbers against formulas and a NumPy reference; get_config round trips."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from tf_transformer.layers import (
+    Decoder,
+    DecoderLayer,
+    Encoder,
+    EncoderLayer,
+    LearnedPositionalEmbedding,
+    MultiHeadAttention,
+    PositionwiseFeedForward,
+    SharedEmbedding,
+    SinusoidalPositionalEncoding,
+    causal_mask,
+    scaled_dot_product_attention,
+    sinusoidal_encoding,
+)
+
+
+def np_softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def np_attention(q, k, v, mask=None):
+    scores = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    w = np_softmax(scores)
+    return w @ v, w
+
+
+@pytest.mark.parametrize("d_model", [16, 512, 7])
+def test_sinusoidal_encoding_equals_formula(d_model):
+    positions = np.array([0, 1, 5, 37, 999, 5000])
+    pe = np.array(sinusoidal_encoding(positions, d_model))
+    pairs = sorted({0, 1, d_model // 4, (d_model - 1) // 2})  # includes the last pair
+    for r, pos in enumerate(positions):
+        for i in pairs:
+            angle = pos / 10000 ** (2 * i / d_model)
+            assert pe[r, 2 * i] == pytest.approx(math.sin(angle), abs=2e-4 * max(1, pos / 1000))
+            if 2 * i + 1 < d_model:
+                assert pe[r, 2 * i + 1] == pytest.approx(math.cos(angle), abs=2e-4 * max(1, pos / 1000))
+
+
+def test_sinusoidal_layer_adds_encoding_with_offset():
+    x = np.random.default_rng(0).normal(size=(2, 6, 8)).astype("float32")
+    layer = SinusoidalPositionalEncoding()
+    out = np.array(layer(x, start_index=3))
+    expected = x + np.array(sinusoidal_encoding(np.arange(3, 9), 8))[None]
+    np.testing.assert_allclose(out, expected, atol=1e-6)
+
+
+def test_sinusoidal_encoding_any_length():
+    pe = np.array(SinusoidalPositionalEncoding()(np.zeros((1, 3000, 4), "float32")))
+    assert pe.shape == (1, 3000, 4) and np.isfinite(pe).all()
+
+
+def test_attention_matches_numpy_reference_with_mask():
+    rng = np.random.default_rng(1)
+    q = rng.normal(size=(2, 3, 5, 8)).astype("float32")
+    k = rng.normal(size=(2, 3, 7, 8)).astype("float32")
+    v = rng.normal(size=(2, 3, 7, 4)).astype("float32")
+    mask = rng.random((2, 1, 5, 7)) > 0.3
+    mask[..., 0] = True  # every query sees at least one key
+    out, w = scaled_dot_product_attention(q, k, v, mask=mask)
+    ref_out, ref_w = np_attention(q, k, v, mask)
+    np.testing.assert_allclose(np.array(w), ref_w, atol=1e-6)
+    np.testing.assert_allclose(np.array(out), ref_out, atol=1e-5)
+    assert np.all(np.array(w)[np.broadcast_to(~mask, ref_w.shape)] == 0.0)
+
+
+def test_attention_without_mask_and_float16_masking_is_finite():
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.normal(size=(1, 2, 4, 8)).astype("float32") for _ in range(3))
+    out, _ = scaled_dot_product_attention(q, k, v)
+    np.testing.assert_allclose(np.array(out), np_attention(q, k, v)[0], atol=1e-5)
+    mask = np.tril(np.ones((4, 4), bool))[None, None]
+    out16, w16 = scaled_dot_product_attention(*(x.astype("float16") for x in (q, k, v)), mask=mask)
+    assert np.isfinite(np.array(out16)).all()
+    np.testing.assert_allclose(np.array(out16).astype("float32"), np_attention(q, k, v, mask)[0], atol=1e-2)
+    assert np.all(np.array(w16)[0, 0][~mask[0, 0]] == 0)
+
+
+def test_multi_head_attention_matches_numpy():
+    rng = np.random.default_rng(3)
+    mha = MultiHeadAttention(num_heads=3, key_dim=4, value_dim=5)
+    x = rng.normal(size=(2, 6, 10)).astype("float32")
+    m = rng.normal(size=(2, 4, 10)).astype("float32")
+    mask = np.ones((2, 6, 4), bool)
+    mask[1, :, 2:] = False
+    out, w = mha(x, m, attention_mask=mask, return_attention_scores=True)
+    wq, wk, wv, wo = (keras.ops.convert_to_numpy(t) for t in (mha.query_kernel, mha.key_kernel, mha.value_kernel, mha.output_kernel))
+    assert wq.shape == (10, 12) and wv.shape == (10, 15) and wo.shape == (15, 10)
+
+    def heads(t, d):
+        return t.reshape(t.shape[0], t.shape[1], 3, d).transpose(0, 2, 1, 3)
+
+    ctx, ref_w = np_attention(heads(x @ wq, 4), heads(m @ wk, 4), heads(m @ wv, 5), mask[:, None])
+    ref = ctx.transpose(0, 2, 1, 3).reshape(2, 6, 15) @ wo
+    np.testing.assert_allclose(np.array(out), ref, atol=1e-5)
+    np.testing.assert_allclose(np.array(w), ref_w, atol=1e-6)
+
+
+def test_feed_forward_matches_formula():
+    rng = np.random.default_rng(4)
+    ffn = PositionwiseFeedForward(d_ff=16)
+    x = rng.normal(size=(2, 3, 8)).astype("float32")
+    out = np.array(ffn(x))
+    w1, b1, w2, b2 = (keras.ops.convert_to_numpy(t) for t in (ffn.inner_kernel, ffn.inner_bias, ffn.outer_kernel, ffn.outer_bias))
+    np.testing.assert_allclose(out, np.maximum(0, x @ w1 + b1) @ w2 + b2, atol=1e-5)
+
+
+def test_shared_embedding_scales_and_ties():
+    emb = SharedEmbedding(vocab_size=11, d_model=4)
+    ids = np.array([[1, 5, 0]])
+    x = np.array(emb(ids))
+    table = keras.ops.convert_to_numpy(emb.embeddings)
+    np.testing.assert_allclose(x, table[ids] * 2.0, atol=1e-6)
+    np.testing.assert_allclose(np.array(emb.logits(x)), x @ table.T, atol=1e-5)
+
+
+def test_learned_positions_add_table_rows():
+    layer = LearnedPositionalEmbedding(max_length=10)
+    x = np.zeros((1, 4, 3), "float32")
+    out = np.array(layer(x, start_index=2))
+    np.testing.assert_allclose(out[0], keras.ops.convert_to_numpy(layer.table)[2:6])
+
+
+def test_causal_mask_is_lower_triangular():
+    np.testing.assert_array_equal(np.array(causal_mask(5)), np.tril(np.ones((5, 5), bool)))
+
+
+def _roundtrip(layer, *inputs):
+    out = layer(*inputs)
+    config = layer.get_config()
+    clone = layer.__class__.from_config(config)
+    assert clone.get_config() == config
+    clone(*inputs)
+    clone.set_weights(layer.get_weights())
+    np.testing.assert_allclose(np.array(clone(*inputs)), np.array(out), atol=1e-6)
+
+
+def test_get_config_round_trips_for_every_layer():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2, 5, 16)).astype("float32")
+    m = rng.normal(size=(2, 4, 16)).astype("float32")
+    _roundtrip(MultiHeadAttention(num_heads=2, key_dim=3, value_dim=5, output_dim=16, use_bias=True), x, m)
+    _roundtrip(PositionwiseFeedForward(d_ff=8, relu_dropout=0.1), x)
+    _roundtrip(SharedEmbedding(vocab_size=9, d_model=16), np.array([[1, 2, 3]]))
+    _roundtrip(SinusoidalPositionalEncoding(max_wavelength=500.0), x)
+    _roundtrip(LearnedPositionalEmbedding(max_length=7), x)
+    settings = dict(num_heads=2, key_dim=8, value_dim=6, d_ff=32, dropout=0.2, layer_norm_epsilon=1e-5)
+    _roundtrip(EncoderLayer(**settings), x)
+    _roundtrip(DecoderLayer(**settings), x, m)
+    _roundtrip(Encoder(num_layers=2, **settings), x)
+    _roundtrip(Decoder(num_layers=2, **settings), x, m)
+
+
+def test_encoder_layer_is_post_layer_norm():
+    """Output rows have zero mean / unit variance (LayerNorm last, gamma=1, beta=0)."""
+    layer = EncoderLayer(num_heads=2, key_dim=4, d_ff=16, dropout=0.0)
+    out = np.array(layer(np.random.default_rng(6).normal(size=(2, 5, 8)).astype("float32")))
+    np.testing.assert_allclose(out.mean(-1), 0, atol=1e-5)
+    np.testing.assert_allclose(out.std(-1), 1, atol=1e-3)
+
+
+def test_dropout_only_in_training():
+    layer = EncoderLayer(num_heads=2, key_dim=4, d_ff=16, dropout=0.5)
+    x = np.random.default_rng(7).normal(size=(2, 5, 8)).astype("float32")
+    a, b = np.array(layer(x, training=False)), np.array(layer(x, training=False))
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(np.array(layer(x, training=True)), a)
+
+
+def test_keras_ops_only_in_layers_and_model():
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "tf_transformer"
+    for path in list((root / "layers").glob("*.py")) + [root / "model.py"]:
+        text = path.read_text()
+        assert "import tensorflow" not in text, path
+    assert ops is not None and keras is not None

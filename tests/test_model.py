@@ -1,0 +1,157 @@
+"""The Transformer: causality, padding invariance, cached decoding, save/load."""
+
+import keras
+import numpy as np
+import pytest
+from keras import ops
+
+from tf_transformer.config import load_config
+from tf_transformer.model import Transformer, count_parameters
+
+V = 40
+
+
+def small_model(**kw):
+    args = dict(vocab_size=V, d_model=32, num_layers=2, num_heads=4, d_ff=64, dropout=0.1)
+    args.update(kw)
+    return Transformer(**args)
+
+
+def batch(seed=0, b=3, s=7, t=6):
+    rng = np.random.default_rng(seed)
+    src = rng.integers(4, V, size=(b, s)).astype("int32")
+    src[0, 4:] = 0
+    tgt = rng.integers(4, V, size=(b, t)).astype("int32")
+    tgt[:, 0] = 2
+    return src, tgt
+
+
+def np_(x):
+    return keras.ops.convert_to_numpy(x)
+
+
+@pytest.mark.parametrize("position_encoding", ["sinusoidal", "learned"])
+def test_causality(position_encoding):
+    model = small_model(position_encoding=position_encoding)
+    src, tgt = batch()
+    base = np_(model((src, tgt)))
+    for i in range(tgt.shape[1] - 1):
+        changed = tgt.copy()
+        changed[:, i + 1:] = np.random.default_rng(i).integers(0, V, size=changed[:, i + 1:].shape)
+        out = np_(model((src, changed)))
+        np.testing.assert_allclose(out[:, : i + 1], base[:, : i + 1], atol=1e-5)
+        assert not np.allclose(out[:, i + 1:], base[:, i + 1:], atol=1e-5)
+
+
+def test_source_padding_does_not_change_outputs():
+    model = small_model()
+    src, tgt = batch()
+    base = np_(model((src, tgt)))
+    padded = np.concatenate([src, np.zeros((src.shape[0], 5), "int32")], axis=1)
+    np.testing.assert_allclose(np_(model((padded, tgt))), base, atol=1e-5)
+    memory, mask = model.encode(src)
+    memory_padded, _ = model.encode(padded)
+    real = src != 0
+    np.testing.assert_allclose(np_(memory_padded)[:, :7][real], np_(memory)[real], atol=1e-5)
+
+
+def test_target_padding_does_not_change_real_positions():
+    model = small_model()
+    src, tgt = batch()
+    base = np_(model((src, tgt)))
+    padded = np.concatenate([tgt, np.zeros((tgt.shape[0], 3), "int32")], axis=1)
+    np.testing.assert_allclose(np_(model((src, padded)))[:, : tgt.shape[1]], base, atol=1e-5)
+
+
+@pytest.mark.parametrize("position_encoding", ["sinusoidal", "learned"])
+def test_cached_incremental_decoding_equals_full_pass(position_encoding):
+    model = small_model(position_encoding=position_encoding, key_dim=6, value_dim=10)
+    src, tgt = batch(seed=1, t=9)
+    full = np_(model((src, tgt)))
+    memory, mask = model.encode(src)
+    cache = model.init_cache(memory, mask, max_length=12)
+    assert np_(cache["layer_0"]["cross_key"]).shape == (3, 4, 7, 6)
+    assert np_(cache["layer_1"]["self_value"]).shape == (3, 4, 12, 10)
+    for step in range(tgt.shape[1]):
+        logits, cache = model.decode_step(ops.convert_to_tensor(tgt[:, step]), ops.convert_to_tensor(step), cache)
+        np.testing.assert_allclose(np_(logits), full[:, step], atol=1e-5)
+
+
+def test_cached_decoding_inside_tf_function():
+    import tensorflow as tf
+
+    model = small_model()
+    src, tgt = batch(seed=2)
+    full = np_(model((src, tgt)))
+    memory, mask = model.encode(src)
+
+    @tf.function
+    def run(cache):
+        def body(step, cache, out):
+            logits, cache = model.decode_step(tf.gather(tgt, step, axis=1), step, cache)
+            return step + 1, cache, out.write(step, logits)
+        _, _, out = tf.while_loop(lambda s, c, o: s < tgt.shape[1], body,
+                                  (tf.constant(0), cache, tf.TensorArray(tf.float32, size=tgt.shape[1])))
+        return tf.transpose(out.stack(), (1, 0, 2))
+
+    np.testing.assert_allclose(run(model.init_cache(memory, mask, 8)).numpy(), full, atol=1e-5)
+
+
+def test_keras_file_round_trip(tmp_path):
+    model = small_model(position_encoding="learned", key_dim=5, value_dim=7)
+    src, tgt = batch()
+    out = np_(model((src, tgt)))
+    path = tmp_path / "m.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert isinstance(loaded, Transformer)
+    assert loaded.get_config() == model.get_config()
+    np.testing.assert_array_equal(np_(loaded((src, tgt))), out)
+
+
+def test_weights_round_trip_into_built_model(tmp_path):
+    model = small_model()
+    src, tgt = batch()
+    out = np_(model((src, tgt)))
+    model.save_weights(tmp_path / "w.weights.h5")
+    other = Transformer.from_config(model.get_config())
+    other.build()
+    other.load_weights(tmp_path / "w.weights.h5")
+    np.testing.assert_array_equal(np_(other((src, tgt))), out)
+
+
+def test_from_config_section_and_config_property():
+    cfg = load_config("multi30k_small", ["model.vocab_size=100", "model.num_layers=1"])
+    model = Transformer.from_config_section(cfg.model)
+    assert model.config.resolved() == cfg.model.resolved()
+    assert model.key_dim == 64 and model.value_dim == 64
+
+
+def test_parameter_count_formula():
+    d, h, dk, dv, f, n, v = 32, 4, 6, 10, 64, 2, V
+    model = small_model(key_dim=dk, value_dim=dv)
+    model.build()
+    attn = d * h * dk * 2 + d * h * dv + h * dv * d
+    ffn = d * f + f + f * d + d
+    ln = 2 * d
+    expected = v * d + n * (attn + ffn + 2 * ln) + n * (2 * attn + ffn + 3 * ln)
+    assert count_parameters(model) == expected
+
+
+def test_shared_table_is_the_only_embedding():
+    model = small_model()
+    model.build()
+    tables = [w for w in model.weights if tuple(w.shape) == (V, 32)]
+    assert len(tables) == 1
+
+
+def test_mixed_precision_forward_is_finite_and_float32():
+    keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
+    try:
+        model = small_model()
+        src, tgt = batch()
+        out = model((src, tgt))
+        assert keras.backend.standardize_dtype(out.dtype) == "float32"
+        assert np.isfinite(np_(out)).all()
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")

@@ -1,0 +1,301 @@
+"""Beam search on hand-made logits functions: known best sequences, the length-penalty
+formula, early stopping, beam 1 == greedy, cached == uncached, per-sentence limits."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tf_transformer.decoding.beam_search import beam_search, length_penalty
+from tf_transformer.decoding.greedy import greedy_search
+
+PAD, BOS, EOS = 0, 2, 3
+JUNK = -1e4  # logit for ids that should never be produced (pad, unk, bos)
+
+
+def markov_fn(table):
+    """Logits depend on the previous token only: logits = table[ids[:, step]]."""
+    table = tf.constant(table, tf.float32)
+
+    def fn(ids, step, cache):
+        return tf.gather(table, ids[:, step]), cache
+
+    return fn
+
+
+def log_softmax_np(x):
+    x = np.asarray(x, np.float64)
+    m = x.max(-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+
+
+def brute_force(table, alpha, max_len, tokens):
+    """All sequences over ``tokens`` that end in EOS within max_len, or reach max_len, scored
+    log P / ((5 + len) / 6) ** alpha; best first."""
+    lp_table = log_softmax_np(table)
+    results = []
+    for n in range(1, max_len + 1):
+        for seq in itertools.product(tokens, repeat=n):
+            if EOS in seq[:-1]:
+                continue
+            if n < max_len and seq[-1] != EOS:
+                continue
+            prev, logp = BOS, 0.0
+            for t in seq:
+                logp += lp_table[prev, t]
+                prev = t
+            results.append((logp / ((5.0 + n) / 6.0) ** alpha, list(seq)))
+    results.sort(key=lambda r: -r[0])
+    return results
+
+
+def random_table(seed, vocab=6):
+    rng = np.random.default_rng(seed)
+    table = rng.normal(0, 1.5, size=(vocab, vocab))
+    table[:, [PAD, 1, BOS]] = JUNK
+    return table
+
+
+def strip(seq):
+    """Generated tokens of one hypothesis row (drop BOS, stop after EOS)."""
+    out = []
+    for t in seq[1:]:
+        if t == PAD:  # the toy models never produce pad
+            break
+        out.append(int(t))
+        if t == EOS:
+            break
+    return out
+
+
+def test_length_penalty_formula():
+    for n in (1, 4, 17):
+        for a in (0.0, 0.6, 1.0):
+            assert float(length_penalty(n, a)) == pytest.approx(((5 + n) / 6) ** a, rel=1e-6)
+
+
+def test_trap_greedy_misses_beam_finds():
+    # After BOS: token 4 (p=.6) or 5 (p=.4). After 4 the mass is spread thin; after 5 EOS is
+    # almost certain. Greedy takes 4; beam 2 finds [5, EOS].
+    V = 8
+    table = np.full((V, V), JUNK)
+    table[BOS, 4], table[BOS, 5] = math.log(0.6), math.log(0.4)
+    table[4, [3, 4, 5, 6, 7]] = 0.0  # uniform: p(EOS | 4) = 0.2
+    table[5, EOS] = math.log(0.99)
+    table[5, 6] = math.log(0.01)
+    for t in (6, 7):
+        table[t, EOS] = 0.0
+    fn = markov_fn(table)
+    ids, _ = greedy_search(fn, tf.constant([BOS]), {}, max_decode_length=5, eos_id=EOS)
+    assert strip(ids.numpy()[0])[0] == 4
+    ids, scores = beam_search(fn, tf.constant([BOS]), {}, V, beam_size=2, alpha=0.0,
+                              max_decode_length=5, eos_id=EOS)
+    assert strip(ids.numpy()[0, 0]) == [5, EOS]
+    lp = log_softmax_np(table)
+    assert scores.numpy()[0, 0] == pytest.approx(lp[BOS, 5] + lp[5, EOS], abs=1e-5)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0, 2.5])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_exhaustive_beam_equals_brute_force(alpha, seed):
+    # Beam 32 over 3 real tokens (EOS, 4, 5) and max length 4 holds every live prefix, so the
+    # search is exhaustive: its finished set must equal the brute-force ranking, scores
+    # included (the length penalty applied as the formula says).
+    table = random_table(seed)
+    max_len = 4
+    expected = brute_force(table, alpha, max_len, tokens=[EOS, 4, 5])
+    for stop_early in (True, False):
+        ids, scores = beam_search(markov_fn(table), tf.constant([BOS]), {}, 6, beam_size=32,
+                                  alpha=alpha, max_decode_length=max_len, eos_id=EOS,
+                                  stop_early=stop_early)
+        got = [(float(s), strip(seq)) for s, seq in zip(scores.numpy()[0], ids.numpy()[0])
+               if np.isfinite(s)]
+        # Early stopping may leave n-best slots empty, but what it found is the exact top.
+        assert len(got) >= (1 if stop_early else 12)
+        score_of = {tuple(seq): sc for sc, seq in expected}
+        for (es, eseq), (gs, gseq) in zip(expected[:12], got[:12]):
+            assert gs == pytest.approx(es, abs=1e-4)  # same ranking of scores
+            # Markov chains have exact ties (permuted middles), so check the sequence's own score
+            assert score_of[tuple(gseq)] == pytest.approx(gs, abs=1e-4)
+        assert got[0][1] == expected[0][1]
+
+
+def test_length_penalty_changes_winner():
+    # After BOS: EOS or 4 (p=.5 each); after 4: 4 again (p=.9) or EOS (p=.1). Without a
+    # penalty [EOS] wins; with a strong one the long [4]*6 (cut at the limit) wins.
+    V = 6
+    table = np.full((V, V), JUNK)
+    table[BOS, EOS], table[BOS, 4] = math.log(0.5), math.log(0.5)
+    table[4, 4], table[4, EOS] = math.log(0.9), math.log(0.1)
+    winners = {}
+    for alpha in (0.0, 0.6, 3.0):
+        ids, scores = beam_search(markov_fn(table), tf.constant([BOS]), {}, V, beam_size=4,
+                                  alpha=alpha, max_decode_length=6, eos_id=EOS)
+        expected = brute_force(table, alpha, 6, tokens=[EOS, 4])[0]
+        winners[alpha] = strip(ids.numpy()[0, 0])
+        assert winners[alpha] == expected[1]
+        assert scores.numpy()[0, 0] == pytest.approx(expected[0], abs=1e-5)
+    assert winners[0.0] == [EOS] and winners[3.0] == [4] * 6
+    long_score = (math.log(0.5) + 5 * math.log(0.9)) / ((5 + 6) / 6) ** 3.0
+    assert long_score > math.log(0.5)
+
+
+def test_known_score_equals_formula():
+    # Deterministic chain 4 -> 5 -> EOS with fixed probabilities; beam score must be
+    # log(p) / ((5 + 3) / 6) ** alpha.
+    V = 6
+    table = np.full((V, V), JUNK)
+    table[BOS, 4], table[BOS, 5] = math.log(0.8), math.log(0.2)
+    table[4, 5], table[4, 4] = math.log(0.7), math.log(0.3)
+    table[5, EOS], table[5, 4] = math.log(0.9), math.log(0.1)
+    alpha = 0.6
+    ids, scores = beam_search(markov_fn(table), tf.constant([BOS]), {}, V, beam_size=1,
+                              alpha=alpha, max_decode_length=3, eos_id=EOS)
+    assert strip(ids.numpy()[0, 0]) == [4, 5, EOS]
+    lp = log_softmax_np(table)
+    logp = lp[BOS, 4] + lp[4, 5] + lp[5, EOS]
+    assert scores.numpy()[0, 0] == pytest.approx(logp / ((5 + 3) / 6) ** alpha, abs=1e-5)
+
+
+class PrefixModel:
+    """A toy decoder whose logits depend on the whole prefix and on the sentence:
+    h = tanh(sum_j E[ids_j] * decay^(step-j) + m_b); logits = h @ W.
+    Cached: the cache carries the running state and the per-sentence vector m.
+    Uncached: recompute the state from ids[:, :step+1] every step."""
+
+    def __init__(self, vocab, dim, batch, seed=0):
+        rng = np.random.default_rng(seed)
+        self.V = vocab
+        self.E = tf.constant(rng.normal(0, 1, (vocab, dim)), tf.float32)
+        self.W = tf.constant(rng.normal(0, 2, (dim, vocab)), tf.float32)
+        self.m = tf.constant(rng.normal(0, 1, (batch, dim)), tf.float32)
+        self.decay = 0.7
+        bias = np.zeros(vocab)
+        bias[[PAD, 1, BOS]] = JUNK  # never produce pad/unk/bos
+        self.bias = tf.constant(bias, tf.float32)
+
+    def initial_cache(self, cached):
+        if cached:
+            return {"state": tf.zeros_like(self.m), "m": self.m}
+        return {"m": self.m}
+
+    def cached_fn(self, ids, step, cache):
+        state = cache["state"] * self.decay + tf.gather(self.E, ids[:, step])
+        logits = tf.tanh(state + cache["m"]) @ self.W + self.bias
+        return logits, {"state": state, "m": cache["m"]}
+
+    def uncached_fn(self, ids, step, cache):
+        prefix = ids[:, : step + 1]
+        powers = tf.pow(self.decay, tf.cast(tf.range(step, -1, -1), tf.float32))
+        state = tf.einsum("btd,t->bd", tf.gather(self.E, prefix), powers)
+        return tf.tanh(state + cache["m"]) @ self.W + self.bias, cache
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_cached_equals_uncached(beam):
+    model = PrefixModel(vocab=12, dim=8, batch=5, seed=beam)
+    bos = tf.fill([5], BOS)
+    lengths = tf.constant([3, 9, 9, 5, 1])
+    out = {}
+    for cached in (True, False):
+        fn = model.cached_fn if cached else model.uncached_fn
+        out[cached] = beam_search(fn, bos, model.initial_cache(cached), 12, beam, alpha=0.6,
+                                  max_decode_length=9, eos_id=EOS, max_lengths=lengths)
+    np.testing.assert_array_equal(out[True][0].numpy(), out[False][0].numpy())
+    np.testing.assert_allclose(out[True][1].numpy(), out[False][1].numpy(), atol=1e-4)
+    g = {c: greedy_search(model.cached_fn if c else model.uncached_fn, bos,
+                          model.initial_cache(c), 9, EOS, max_lengths=lengths) for c in (True, False)}
+    np.testing.assert_array_equal(g[True][0].numpy(), g[False][0].numpy())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_beam_one_equals_greedy(seed):
+    model = PrefixModel(vocab=10, dim=6, batch=8, seed=seed)
+    bos = tf.fill([8], BOS)
+    lengths = tf.constant([1, 2, 4, 8, 12, 12, 3, 7])
+    g_ids, g_scores = greedy_search(model.cached_fn, bos, model.initial_cache(True), 12, EOS,
+                                    max_lengths=lengths)
+    b_ids, b_scores = beam_search(model.cached_fn, bos, model.initial_cache(True), 10, 1, alpha=0.0,
+                                  max_decode_length=12, eos_id=EOS, max_lengths=lengths)
+    np.testing.assert_array_equal(b_ids.numpy()[:, 0], g_ids.numpy())
+    np.testing.assert_allclose(b_scores.numpy()[:, 0], g_scores.numpy(), atol=1e-5)
+
+
+def test_per_sentence_max_length_and_batch_independence():
+    model = PrefixModel(vocab=10, dim=6, batch=6, seed=7)
+    bos = tf.fill([6], BOS)
+    lengths = np.array([1, 2, 3, 5, 8, 11])
+    ids, scores = beam_search(model.cached_fn, bos, model.initial_cache(True), 10, 4, alpha=0.6,
+                              max_decode_length=11, eos_id=EOS, max_lengths=tf.constant(lengths))
+    ids = ids.numpy()
+    for b, n in enumerate(lengths):
+        for k in range(4):
+            if np.isfinite(scores.numpy()[b, k]):
+                assert len(strip(ids[b, k])) <= n
+                assert (ids[b, k, n + 1:] == PAD).all()
+    # Decoding one sentence alone gives the same result as in the batch.
+    for b in (0, 3, 5):
+        single = PrefixModel(vocab=10, dim=6, batch=6, seed=7)
+        single.m = model.m[b: b + 1]
+        ids1, sc1 = beam_search(single.cached_fn, tf.constant([BOS]), single.initial_cache(True), 10, 4,
+                                alpha=0.6, max_decode_length=11, eos_id=EOS,
+                                max_lengths=tf.constant(lengths[b: b + 1]))
+        np.testing.assert_array_equal(ids1.numpy()[0], ids[b])
+        np.testing.assert_allclose(sc1.numpy()[0], scores.numpy()[b], atol=1e-5)
+
+
+def test_early_stop_saves_steps_and_output_is_sorted():
+    # EOS is very likely everywhere: every sentence can stop after a few steps of 50.
+    V = 6
+    table = np.full((V, V), JUNK)
+    table[:, EOS], table[:, 4], table[:, 5] = 3.0, 0.0, -0.5
+    steps = tf.Variable(0)
+    base = markov_fn(table)
+
+    def counting(ids, step, cache):
+        steps.assign_add(1)
+        return base(ids, step, cache)
+
+    @tf.function
+    def run(stop_early):
+        return beam_search(counting, tf.fill([3], BOS), {}, V, 4, alpha=0.6, max_decode_length=50,
+                           eos_id=EOS, stop_early=stop_early)
+
+    ids_e, sc_e = run(True)
+    early_steps = int(steps.numpy())
+    steps.assign(0)
+    ids_f, sc_f = run(False)
+    assert early_steps < 10 and int(steps.numpy()) == 50
+    np.testing.assert_array_equal(ids_e.numpy()[:, 0], ids_f.numpy()[:, 0])
+    np.testing.assert_allclose(sc_e.numpy()[:, 0], sc_f.numpy()[:, 0], atol=1e-6)
+    # Found hypotheses come best first; slots early stopping left empty are -inf, at the end.
+    for s in (sc_e.numpy(), sc_f.numpy()):
+        finite = np.isfinite(s)
+        assert finite[:, 0].all()
+        assert (np.sort(finite, axis=1)[:, ::-1] == finite).all()
+        for row in s:
+            assert (np.diff(row[np.isfinite(row)]) <= 1e-6).all()
+
+
+def test_xla_and_dynamic_length_match_eager():
+    model = PrefixModel(vocab=10, dim=6, batch=4, seed=3)
+    bos = tf.fill([4], BOS)
+    lengths = tf.constant([2, 5, 7, 7])
+    eager = beam_search(model.cached_fn, bos, model.initial_cache(True), 10, 4, 0.6, 7, EOS,
+                        max_lengths=lengths)
+
+    @tf.function(jit_compile=True)
+    def xla(bos, lengths):
+        return beam_search(model.cached_fn, bos, model.initial_cache(True), 10, 4, 0.6, 7, EOS,
+                           max_lengths=lengths)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.int32)])
+    def dynamic(bos, L):
+        return beam_search(model.cached_fn, bos, model.initial_cache(True), 10, 4, 0.6, L, EOS,
+                           max_lengths=lengths)
+
+    for got in (xla(bos, lengths), dynamic(bos, tf.constant(7))):
+        np.testing.assert_array_equal(got[0].numpy(), eager[0].numpy())
+        np.testing.assert_allclose(got[1].numpy(), eager[1].numpy(), atol=1e-5)

@@ -1,0 +1,248 @@
+"""Batched beam search with the GNMT length penalty, written in TensorFlow ops only.
+
+The search is a function of a ``symbols_to_logits_fn`` and knows nothing about the model
+(the design of TF Model Garden's ``ops/beam_search.py``; this is our own implementation):
+
+``symbols_to_logits_fn(ids, step, cache) -> (logits, new_cache)``
+    ``ids``: int32 ``[batch * beam, max_decode_length + 1]``, the whole preallocated id
+    buffer of every hypothesis; column 0 holds the initial id (BOS) and columns
+    ``1..step`` the tokens chosen so far. The function reads ``ids[:, step]`` (the decoder
+    input at position ``step``; earlier columns are there for decoders without a cache).
+    ``step``: int32 scalar tensor, 0-based.
+    ``cache``: the nested structure given as ``initial_cache`` with every leaf tiled from
+    ``[batch, ...]`` to ``[batch * beam, ...]`` (beam-major within each sentence).
+    Returns ``logits`` ``[batch * beam, vocab_size]`` for the token at position
+    ``step + 1`` and the updated cache (same structure and shapes).
+
+The search (section 4 of the paper, with Wu et al. 2016's length penalty):
+
+* scores of finished hypotheses are ``log P(Y|X) / lp(|Y|)`` with
+  ``lp(n) = ((5 + n) / 6) ** alpha``; ``|Y|`` counts the generated tokens including EOS
+  (not the initial BOS);
+* every step expands each live hypothesis by every token and keeps the ``2 * beam``
+  best candidates by log-probability. Candidates that end in EOS and rank in the first
+  ``beam`` of them move to a separate set of finished hypotheses (the best ``beam`` by
+  score are kept); the best ``beam`` candidates that do not end in EOS stay alive. Only
+  EOS candidates within the first ``beam`` are finalised (as fairseq does): this makes
+  ``beam_size=1, alpha=0`` exactly greedy decoding;
+* a sentence stops when it reaches its maximum length (its best ``beam`` live candidates
+  are then finalised as they are, without EOS) or, with ``stop_early``, when the best
+  score any live hypothesis could still reach, ``best live log-prob / lp(max length)``,
+  is below the worst score in its finished set. Log-probabilities only fall as a
+  hypothesis grows and ``lp`` only rises (``alpha >= 0``), so that bound is safe: no
+  live hypothesis can enter above any finished one, and in particular none can beat the
+  best. The loop ends when every sentence has stopped.
+
+Everything runs in one ``tf.while_loop`` over fixed-shape state, so the function can be
+wrapped in ``tf.function`` (``jit_compile=True`` works when ``max_decode_length`` is a
+Python int or the input shapes are static).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Tuple, Union
+
+import tensorflow as tf
+
+__all__ = ["beam_search", "length_penalty"]
+
+SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, Any], Tuple[tf.Tensor, Any]]
+
+_NEG_INF = float("-inf")
+_POS_INF = float("inf")
+
+
+def length_penalty(length, alpha) -> tf.Tensor:
+    """GNMT length penalty ``((5 + length) / 6) ** alpha`` (float32)."""
+    length = tf.cast(length, tf.float32)
+    return tf.pow((5.0 + length) / 6.0, tf.cast(alpha, tf.float32))
+
+
+def _dims(t: tf.Tensor) -> list:
+    """Shape as a list: Python ints where static, scalar tensors where not."""
+    static = t.shape.as_list()
+    dynamic = tf.shape(t)
+    return [s if s is not None else dynamic[i] for i, s in enumerate(static)]
+
+
+def _tile_beam(t: tf.Tensor, beam_size: int) -> tf.Tensor:
+    """``[batch, ...]`` -> ``[batch, beam, ...]`` (copies)."""
+    t = tf.expand_dims(t, 1)
+    multiples = [1, beam_size] + [1] * (t.shape.rank - 2)
+    return tf.tile(t, multiples)
+
+
+def _merge_beam(t: tf.Tensor) -> tf.Tensor:
+    """``[batch, beam, ...]`` -> ``[batch * beam, ...]``."""
+    d = _dims(t)
+    return tf.reshape(t, [-1] + d[2:])
+
+
+def _split_beam(t: tf.Tensor, beam_size: int) -> tf.Tensor:
+    """``[batch * beam, ...]`` -> ``[batch, beam, ...]``."""
+    d = _dims(t)
+    return tf.reshape(t, [-1, beam_size] + d[1:])
+
+
+def beam_search(
+    symbols_to_logits_fn: SymbolsToLogitsFn,
+    initial_ids,
+    initial_cache,
+    vocab_size: int,
+    beam_size: int,
+    alpha: float = 0.6,
+    max_decode_length: Union[int, tf.Tensor] = 256,
+    eos_id: int = 3,
+    max_lengths=None,
+    stop_early: bool = True,
+    pad_id: int = 0,
+) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Beam search over ``symbols_to_logits_fn`` (see the module docstring for its contract).
+
+    Args:
+      symbols_to_logits_fn: ``(ids, step, cache) -> (logits [batch*beam, V], cache)``.
+      initial_ids: int32 ``[batch]``, the first decoder input (BOS).
+      initial_cache: nested structure of tensors, every leaf ``[batch, ...]``; may be ``{}``.
+      vocab_size: ``V``, the size of the logits' last axis (Python int, >= 2).
+      beam_size: hypotheses kept per sentence (Python int, >= 1).
+      alpha: length-penalty exponent (>= 0); 0 disables the penalty.
+      max_decode_length: size of the id buffer: at most this many tokens are generated
+        (Python int for static shapes, or an int32 scalar tensor).
+      eos_id: the end-of-sentence id.
+      max_lengths: optional int32 ``[batch]``, per-sentence maximum number of generated
+        tokens (e.g. source length + 50), clipped to ``[1, max_decode_length]``. A
+        hypothesis that reaches it without EOS is finalised as it is.
+      stop_early: stop a sentence as soon as no live hypothesis can reach a score above
+        the worst finished one (exact; switch off only to test that claim).
+      pad_id: the id written after EOS.
+
+    Returns:
+      ``(ids, scores)``: ``ids`` int32 ``[batch, beam, max_decode_length + 1]`` with the
+      initial id in column 0, the generated tokens (EOS included when produced) and
+      ``pad_id`` after them; ``scores`` float32 ``[batch, beam]``, length-normalised
+      log-probabilities, best first. Slot 0 is the result. Early stopping can end a
+      sentence before ``beam`` hypotheses were finalised: the empty slots come last with
+      score ``-inf`` (the filled ones are the exact top of the search).
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size={beam_size} must be >= 1")
+    if vocab_size < 2:
+        raise ValueError(f"vocab_size={vocab_size} must be >= 2")
+    if alpha < 0:
+        raise ValueError(f"alpha={alpha} must be >= 0 (the early-stop bound assumes it)")
+    K = int(beam_size)
+    V = int(vocab_size)
+    initial_ids = tf.cast(tf.convert_to_tensor(initial_ids), tf.int32)
+    batch = _dims(initial_ids)[0]
+    if isinstance(max_decode_length, int):
+        L = max_decode_length
+    else:
+        L = tf.cast(max_decode_length, tf.int32)
+    if max_lengths is None:
+        max_lengths = tf.fill([batch], tf.cast(L, tf.int32))
+    max_lengths = tf.clip_by_value(tf.cast(max_lengths, tf.int32), 1, tf.maximum(tf.cast(L, tf.int32), 1))
+
+    # ---- state ---------------------------------------------------------------------
+    first = tf.tile(tf.reshape(initial_ids, [-1, 1, 1]), [1, K, 1])
+    alive_seq = tf.concat([first, tf.fill([batch, K, L], tf.constant(pad_id, tf.int32))], axis=2)
+    # All beams start identical; only beam 0 may expand at step 0.
+    alive_log_probs = tf.tile(
+        tf.constant([[0.0] + [_NEG_INF] * (K - 1)], tf.float32), [batch, 1]
+    )
+    alive_cache = tf.nest.map_structure(lambda t: _tile_beam(t, K), initial_cache)
+    finished_seq = tf.identity(alive_seq)
+    finished_scores = tf.fill([batch, K], _NEG_INF)
+    finished_flags = tf.zeros([batch, K], tf.bool)
+    done = tf.zeros([batch], tf.bool)
+
+    max_lp = length_penalty(max_lengths, alpha)  # [batch], for the early-stop bound
+    positions = tf.range(tf.shape(alive_seq)[2])
+    first_k = tf.range(2 * K) < K  # [2K]: candidate ranks that may be finalised
+
+    def body(i, alive_seq, alive_log_probs, alive_cache, finished_seq, finished_scores, finished_flags, done):
+        flat_ids = _merge_beam(alive_seq)
+        flat_cache = tf.nest.map_structure(_merge_beam, alive_cache)
+        logits, new_flat_cache = symbols_to_logits_fn(flat_ids, i, flat_cache)
+        logits = tf.reshape(tf.cast(logits, tf.float32), [-1, K, V])
+        log_probs = tf.nn.log_softmax(logits, axis=-1)
+
+        # Expand every live hypothesis by every token; keep the 2K best by log-prob.
+        candidates = tf.reshape(alive_log_probs[:, :, None] + log_probs, [-1, K * V])
+        topk_log_probs, topk_index = tf.math.top_k(candidates, k=2 * K)
+        origin = topk_index // V  # [batch, 2K] beam each candidate extends
+        token = topk_index % V
+        topk_seq = tf.gather(alive_seq, origin, batch_dims=1)
+        at_step = tf.equal(positions, i + 1)[None, None, :]
+        topk_seq = tf.where(at_step, token[:, :, None], topk_seq)
+
+        length = i + 1
+        is_eos = tf.equal(token, eos_id)
+        reached = (length >= max_lengths)[:, None]
+        valid = topk_log_probs > _NEG_INF
+        finalise = first_k[None, :] & (is_eos | reached) & valid & ~done[:, None]
+
+        # Live set: the K best candidates that did not end in EOS (there are >= K).
+        alive_candidates = tf.where(is_eos, _NEG_INF, topk_log_probs)
+        new_alive_log_probs, alive_index = tf.math.top_k(alive_candidates, k=K)
+        new_alive_seq = tf.gather(topk_seq, alive_index, batch_dims=1)
+        alive_origin = tf.gather(origin, alive_index, batch_dims=1)
+        new_alive_cache = tf.nest.map_structure(
+            lambda t: tf.gather(_split_beam(t, K), alive_origin, batch_dims=1), new_flat_cache
+        )
+
+        # Finished set: merge the finalised candidates, keep the K best by score.
+        candidate_scores = tf.where(finalise, topk_log_probs / length_penalty(length, alpha), _NEG_INF)
+        all_seq = tf.concat([finished_seq, topk_seq], axis=1)
+        all_scores = tf.concat([finished_scores, candidate_scores], axis=1)
+        all_flags = tf.concat([finished_flags, finalise], axis=1)
+        new_finished_scores, finished_index = tf.math.top_k(all_scores, k=K)
+        new_finished_seq = tf.gather(all_seq, finished_index, batch_dims=1)
+        new_finished_flags = tf.gather(all_flags, finished_index, batch_dims=1)
+        # Keep stopped sentences exactly as they were (top_k of ties could reorder them).
+        keep = done[:, None]
+        new_finished_scores = tf.where(keep, finished_scores, new_finished_scores)
+        new_finished_flags = tf.where(keep, finished_flags, new_finished_flags)
+        new_finished_seq = tf.where(keep[:, :, None], finished_seq, new_finished_seq)
+
+        # Which sentences stop now.
+        new_done = done | reached[:, 0]
+        if stop_early:
+            best_possible = tf.reduce_max(new_alive_log_probs, axis=1) / max_lp
+            worst_finished = tf.reduce_min(
+                tf.where(new_finished_flags, new_finished_scores, _POS_INF), axis=1
+            )
+            hopeless = tf.reduce_any(new_finished_flags, axis=1) & (best_possible < worst_finished)
+            new_done = new_done | hopeless
+        new_alive_log_probs = tf.where(new_done[:, None], _NEG_INF, new_alive_log_probs)
+        return (
+            i + 1,
+            new_alive_seq,
+            new_alive_log_probs,
+            new_alive_cache,
+            new_finished_seq,
+            new_finished_scores,
+            new_finished_flags,
+            new_done,
+        )
+
+    def cond(i, alive_seq, alive_log_probs, alive_cache, finished_seq, finished_scores, finished_flags, done):
+        return (i < L) & ~tf.reduce_all(done)
+
+    state = (
+        tf.constant(0, tf.int32),
+        alive_seq,
+        alive_log_probs,
+        alive_cache,
+        finished_seq,
+        finished_scores,
+        finished_flags,
+        done,
+    )
+    state = tf.while_loop(cond, body, state, maximum_iterations=L)
+    _, alive_seq, alive_log_probs, _, finished_seq, finished_scores, finished_flags, _ = state
+
+    # A sentence can only lack finished hypotheses if the loop never ran (L == 0).
+    has_finished = tf.reduce_any(finished_flags, axis=1)
+    ids = tf.where(has_finished[:, None, None], finished_seq, alive_seq)
+    scores = tf.where(has_finished[:, None], finished_scores, alive_log_probs)
+    return ids, scores

@@ -1,0 +1,76 @@
+"""Batched greedy decoding in TensorFlow ops only (one ``tf.while_loop``, fixed shapes).
+
+Same ``symbols_to_logits_fn(ids, step, cache) -> (logits, cache)`` contract as
+:func:`tf_transformer.decoding.beam_search.beam_search`, without the beam axis: ``ids`` is
+``[batch, max_decode_length + 1]`` and cache leaves keep their ``[batch, ...]`` shapes.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple, Union
+
+import tensorflow as tf
+
+__all__ = ["greedy_search"]
+
+
+def greedy_search(
+    symbols_to_logits_fn,
+    initial_ids,
+    initial_cache,
+    max_decode_length: Union[int, tf.Tensor] = 256,
+    eos_id: int = 3,
+    max_lengths=None,
+    pad_id: int = 0,
+) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Pick the most probable token at every step until EOS or the maximum length.
+
+    Args:
+      symbols_to_logits_fn: ``(ids [batch, L+1], step, cache) -> (logits [batch, V], cache)``.
+      initial_ids: int32 ``[batch]`` (BOS).
+      initial_cache: nested tensors, leaves ``[batch, ...]``; may be ``{}``.
+      max_decode_length: at most this many tokens are generated (int or int32 scalar tensor).
+      eos_id: end-of-sentence id.
+      max_lengths: optional int32 ``[batch]`` per-sentence limits, clipped to
+        ``[1, max_decode_length]``.
+      pad_id: written after EOS (and after a sentence reaches its limit).
+
+    Returns:
+      ``(ids, scores)``: int32 ``[batch, max_decode_length + 1]`` (initial id in column 0,
+      EOS included when produced, ``pad_id`` after), and float32 ``[batch]`` total
+      log-probabilities of the generated tokens (no length penalty).
+    """
+    initial_ids = tf.cast(tf.convert_to_tensor(initial_ids), tf.int32)
+    static_batch = initial_ids.shape[0]
+    batch = static_batch if static_batch is not None else tf.shape(initial_ids)[0]
+    L = max_decode_length if isinstance(max_decode_length, int) else tf.cast(max_decode_length, tf.int32)
+    if max_lengths is None:
+        max_lengths = tf.fill([batch], tf.cast(L, tf.int32))
+    max_lengths = tf.clip_by_value(tf.cast(max_lengths, tf.int32), 1, tf.maximum(tf.cast(L, tf.int32), 1))
+
+    ids = tf.concat([initial_ids[:, None], tf.fill([batch, L], tf.constant(pad_id, tf.int32))], axis=1)
+    scores = tf.zeros([batch], tf.float32)
+    finished = tf.zeros([batch], tf.bool)
+    positions = tf.range(tf.shape(ids)[1])
+
+    def body(i, ids, scores, finished, cache):
+        logits, cache = symbols_to_logits_fn(ids, i, cache)
+        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+        token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+        token_log_prob = tf.gather(log_probs, token, batch_dims=1)
+        token = tf.where(finished, pad_id, token)
+        scores = scores + tf.where(finished, 0.0, token_log_prob)
+        ids = tf.where(tf.equal(positions, i + 1)[None, :], token[:, None], ids)
+        finished = finished | tf.equal(token, eos_id) | (i + 1 >= max_lengths)
+        return i + 1, ids, scores, finished, cache
+
+    def cond(i, ids, scores, finished, cache):
+        return (i < L) & ~tf.reduce_all(finished)
+
+    _, ids, scores, _, _ = tf.while_loop(
+        cond,
+        body,
+        (tf.constant(0, tf.int32), ids, scores, finished, initial_cache),
+        maximum_iterations=L,
+    )
+    return ids, scores

@@ -1,0 +1,150 @@
+"""Adapters from a :class:`tf_transformer.model.Transformer` to the decoding functions,
+and :func:`translate_batch`, the one TF function behind ``tft translate``/``evaluate``,
+the exported SavedModel and the benchmark.
+
+Length rules (documented in ``tft translate --help`` as well):
+
+* ``limit = model.max_length`` (the model config's ``max_length``: rows of a learned
+  position table; for sinusoids the same number is the supported length). Sources
+  longer than ``limit`` tokens are cut to their first ``limit`` tokens
+  (:func:`truncate_source`); the encoder never sees more.
+* A sentence with ``n`` source tokens may produce up to
+  ``min(n + max_extra_length, limit)`` target tokens, EOS included (the paper's
+  "input length + 50").
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple, Union
+
+import tensorflow as tf
+
+from tf_transformer.decoding.beam_search import beam_search
+from tf_transformer.decoding.greedy import greedy_search
+
+__all__ = [
+    "cached_decoder",
+    "uncached_decoder",
+    "translate_batch",
+    "strip_after_eos",
+    "truncate_source",
+    "model_limit",
+]
+
+
+def model_limit(model) -> int:
+    """Longest source and longest output the model takes: ``model.max_length``."""
+    return int(model.max_length)
+
+
+def truncate_source(ids: Sequence[int], limit: int) -> list:
+    """The documented rule for over-long inputs: keep the first ``limit`` tokens."""
+    return list(ids[:limit])
+
+
+def _init_cache(model, memory, source_mask, max_length):
+    if isinstance(max_length, int):
+        return model.init_cache(memory, source_mask, max_length)
+    # Transformer.init_cache converts max_length with int() (static lengths only); a
+    # graph with dynamic input shapes (the exported signatures) needs a tensor length,
+    # which the decoder stack's own init_cache accepts.
+    cache = model.decoder.init_cache(memory, max_length)
+    cache["source_mask"] = source_mask
+    return cache
+
+
+def cached_decoder(model, source_ids, max_decode_length):
+    """``(symbols_to_logits_fn, initial_cache)`` using the model's key/value cache.
+
+    Runs the encoder once; the cache holds each layer's cross-attention keys/values
+    (computed once per sentence) and self-attention buffers for ``max_decode_length``
+    positions, all batch-major (beam search tiles and reorders them).
+    """
+    memory, source_mask = model.encode(source_ids, training=False)
+    cache = _init_cache(model, memory, source_mask, max_decode_length)
+
+    def symbols_to_logits_fn(ids, step, cache):
+        return model.decode_step(ids[:, step], step, cache)
+
+    return symbols_to_logits_fn, cache
+
+
+def uncached_decoder(model, source_ids, max_decode_length=None):
+    """``(symbols_to_logits_fn, initial_cache)`` without a key/value cache: every step
+    re-runs the whole decoder over the prefix ``ids[:, :step+1]`` (the encoder output is
+    still computed once). Slow by design; the reference for tests and the benchmark."""
+    memory, source_mask = model.encode(source_ids, training=False)
+
+    def symbols_to_logits_fn(ids, step, cache):
+        prefix = ids[:, : step + 1]
+        logits = model.decode(prefix, cache["memory"], cache["source_mask"], training=False)
+        return logits[:, -1], cache
+
+    return symbols_to_logits_fn, {"memory": memory, "source_mask": source_mask}
+
+
+def strip_after_eos(ids: tf.Tensor, eos_id: int, pad_id: int = 0) -> tf.Tensor:
+    """Replace EOS and everything after it by ``pad_id`` (``[batch, length]``)."""
+    seen = tf.cumsum(tf.cast(tf.equal(ids, eos_id), tf.int32), axis=1) > 0
+    return tf.where(seen, tf.constant(pad_id, ids.dtype), ids)
+
+
+def translate_batch(
+    model,
+    source_ids,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_extra_length: int = 50,
+    max_decode_length: Optional[Union[int, tf.Tensor]] = None,
+    bos_id: int = 2,
+    eos_id: int = 3,
+    cached: bool = True,
+    stop_early: bool = True,
+) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Translate a padded batch of source ids.
+
+    Args:
+      model: a Transformer (``encode``, ``init_cache``, ``decode_step``, ``decode``).
+      source_ids: int32 ``[batch, source_length]``, 0-padded, no BOS/EOS, at most
+        ``model.max_length`` long (see :func:`truncate_source`).
+      beam_size: beams; 1 means greedy decoding (equal to beam search with one beam and
+        ``alpha=0``; greedy ignores ``alpha``).
+      alpha: GNMT length-penalty exponent.
+      max_extra_length: each sentence may produce ``source tokens + this`` tokens (EOS
+        included), never more than ``model.max_length``.
+      max_decode_length: size of the output buffer; default
+        ``min(source_length + max_extra_length, model.max_length)``: a Python int when the
+        source length is static (XLA-friendly), a tensor otherwise.
+      cached: use the key/value cache (``False``: re-run the decoder over the prefix).
+
+    Returns:
+      ``(target_ids, scores)``: int32 ``[batch, max_decode_length]`` with the generated
+      tokens, no BOS, EOS and everything after it replaced by pad (0); float32 ``[batch]``
+      scores: length-normalised log-probability for beam search, total log-probability for
+      greedy decoding.
+    """
+    source_ids = tf.cast(tf.convert_to_tensor(source_ids), tf.int32)
+    limit = model_limit(model)
+    pad_id = int(getattr(model, "pad_id", 0))
+    if max_decode_length is None:
+        static_len = source_ids.shape[1]
+        if static_len is not None:
+            max_decode_length = min(int(static_len) + int(max_extra_length), limit)
+        else:
+            max_decode_length = tf.minimum(tf.shape(source_ids)[1] + int(max_extra_length), limit)
+    source_lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, pad_id), tf.int32), axis=1)
+    max_lengths = tf.minimum(source_lengths + int(max_extra_length), limit)
+
+    make = cached_decoder if cached else uncached_decoder
+    fn, cache = make(model, source_ids, max_decode_length)
+    batch = tf.shape(source_ids)[0]
+    initial_ids = tf.fill([batch], tf.constant(bos_id, tf.int32))
+    if beam_size <= 1:
+        ids, scores = greedy_search(fn, initial_ids, cache, max_decode_length, eos_id,
+                                    max_lengths=max_lengths, pad_id=pad_id)
+    else:
+        ids, scores = beam_search(fn, initial_ids, cache, int(model.vocab_size), int(beam_size), alpha,
+                                  max_decode_length, eos_id, max_lengths=max_lengths,
+                                  stop_early=stop_early, pad_id=pad_id)
+        ids, scores = ids[:, 0], scores[:, 0]
+    return strip_after_eos(ids[:, 1:], eos_id, pad_id), scores

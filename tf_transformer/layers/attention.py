@@ -153,11 +153,31 @@ class MultiHeadAttention(keras.layers.Layer):
             query, key, value, mask=mask, dropout=self.attention_dropout, training=training)
         return self.combine_heads(context), weights
 
+    def project_self(self, x):
+        """Self-attention projections in one matmul: ``x`` -> ``(q, k, v)`` heads.
+
+        The three kernels are concatenated on the fly (one ``[d_model, 2*h*d_k + h*d_v]``
+        matmul is faster than three narrow ones on CPU and GPU alike); the weights stay
+        separate so checkpoints and Table 3's independent ``d_k``/``d_v`` are unaffected.
+        """
+        kernels = [self.query_kernel, self.key_kernel, self.value_kernel]
+        y = ops.matmul(x, ops.cast(ops.concatenate(kernels, axis=1), x.dtype))
+        if self.use_bias:
+            y = y + ops.cast(ops.concatenate([self.query_bias, self.key_bias, self.value_bias]), x.dtype)
+        hk, hv = self.num_heads * self.key_dim, self.num_heads * self.value_dim
+        b, t = ops.shape(x)[0], ops.shape(x)[1]
+
+        def heads(part, depth):
+            return ops.transpose(ops.reshape(part, (b, t, self.num_heads, depth)), (0, 2, 1, 3))
+
+        return heads(y[..., :hk], self.key_dim), heads(y[..., hk:2 * hk], self.key_dim), heads(y[..., 2 * hk:], self.value_dim)
+
     def call(self, query, value=None, attention_mask=None, return_attention_scores=False, training=None):
-        if value is None:
-            value = query
-        q = self.project_query(query)
-        k, v = self.project_key_value(value)
+        if value is None or value is query:
+            q, k, v = self.project_self(query)
+        else:
+            q = self.project_query(query)
+            k, v = self.project_key_value(value)
         output, weights = self.attend(q, k, v, mask=attention_mask, training=training)
         if return_attention_scores:
             return output, weights

@@ -102,8 +102,7 @@ class DecoderLayer(_SublayerSettings):
         and attends over positions ``0..step``. Returns ``(output [batch, 1, d_model], cache)``.
         """
         attn = self.self_attention
-        q = attn.project_query(x)
-        k, v = attn.project_key_value(x)
+        q, k, v = attn.project_self(x)
         zero = ops.zeros((), "int32")
         step = ops.cast(step, "int32")
         keys = ops.slice_update(cache["self_key"], (zero, zero, step, zero), ops.cast(k, cache["self_key"].dtype))

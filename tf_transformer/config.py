@@ -112,38 +112,45 @@ class DataConfig:
 
     ``source``: ``multi30k`` (the bundled copy), ``text`` (plain parallel files, .txt or
     .gz) or ``tfds`` (a TFDS translation dataset such as ``wmt14_translate/de-en``).
+    The language direction is ``source_lang`` -> ``target_lang`` (for TFDS these are the
+    feature keys, for Multi30k ``en``/``de`` in either order).
+    Details of every field: ``tf_transformer/data/`` (sources.py, batching.py, tokenizer.py).
     """
 
     source: str = "multi30k"
     source_lang: str = "en"
     target_lang: str = "de"
-    # plain text files (source == "text"); for multi30k these default to data/multi30k/*
+    # plain text files (source == "text"); for multi30k each unset one defaults to
+    # <multi30k_dir>/{train,val,test2016}.<lang>.gz
     train_source: Optional[str] = None
     train_target: Optional[str] = None
     valid_source: Optional[str] = None
     valid_target: Optional[str] = None
     test_source: Optional[str] = None
     test_target: Optional[str] = None
-    multi30k_dir: Optional[str] = None  # default: the bundled data/multi30k
+    multi30k_dir: Optional[str] = None  # default: the bundled data/multi30k of the repository
     # TFDS (source == "tfds")
     tfds_name: Optional[str] = None
     tfds_data_dir: Optional[str] = None
     tfds_train_split: str = "train"
     tfds_valid_split: str = "validation"
     tfds_test_split: str = "test"
-    # vocabulary
+    tfds_download: bool = False  # false: the dataset must already be prepared in tfds_data_dir
+    # vocabulary (tft build-vocab): one SentencePiece model shared by both languages,
+    # ids pad=0 unk=1 bos=2 eos=3
     vocab_model: Optional[str] = None  # SentencePiece .model file
     vocab_size: int = 8000
     vocab_model_type: str = "bpe"
     vocab_character_coverage: float = 1.0
-    vocab_input_sentence_size: int = 2_000_000
+    vocab_input_sentence_size: int = 2_000_000  # sentences sampled (with data.seed); 0 = all
     # batching
-    tokens_per_batch: int = 4096  # about this many source AND this many target tokens
+    tokens_per_batch: int = 4096  # at most this many source AND target slots (padding included)
     max_length: int = 100  # pairs with either side longer (in tokens, incl. BOS/EOS) dropped
-    bucket_width: int = 0  # 0 = automatic bucket boundaries
+    bucket_width: int = 0  # 0 = automatic (2-token buckets up to 64, then 10% wider each)
     shuffle_buffer: int = 100_000
     seed: int = 1234
     invalid_utf8: str = "error"  # or "replace" (loud: counted and reported)
+    stats_pass: bool = True  # one in-graph pass before training counts dropped pairs by reason
 
     def validate(self) -> None:
         p = "data."
@@ -157,14 +164,37 @@ class DataConfig:
             raise ConfigError(f"{p}source='tfds' needs {p}tfds_name, e.g. 'wmt14_translate/de-en'")
         for name in ("vocab_size", "tokens_per_batch", "max_length", "shuffle_buffer"):
             _positive(p + name, getattr(self, name))
+        if self.vocab_size < 8:
+            raise ConfigError(f"{p}vocab_size={self.vocab_size} must be >= 8 (4 ids are reserved)")
+        if self.max_length < 2:
+            raise ConfigError(f"{p}max_length={self.max_length} must be >= 2 (target side holds BOS/EOS)")
+        if self.tokens_per_batch < self.max_length:
+            raise ConfigError(
+                f"{p}tokens_per_batch={self.tokens_per_batch} must be >= {p}max_length="
+                f"{self.max_length} (a batch must hold at least one pair of the longest length)"
+            )
         if self.bucket_width < 0:
             raise ConfigError(f"{p}bucket_width={self.bucket_width} must be >= 0")
+        if self.vocab_input_sentence_size < 0:
+            raise ConfigError(
+                f"{p}vocab_input_sentence_size={self.vocab_input_sentence_size} must be >= 0 (0 = all)"
+            )
+        if not 0.0 < self.vocab_character_coverage <= 1.0:
+            raise ConfigError(
+                f"{p}vocab_character_coverage={self.vocab_character_coverage} must be in (0, 1]"
+            )
         if self.vocab_model_type not in ("bpe", "unigram", "char", "word"):
             raise ConfigError(f"{p}vocab_model_type={self.vocab_model_type!r} is not a SentencePiece model type")
         if self.invalid_utf8 not in ("error", "replace"):
             raise ConfigError(f"{p}invalid_utf8={self.invalid_utf8!r} is not one of 'error', 'replace'")
         if self.source_lang == self.target_lang:
             raise ConfigError(f"{p}source_lang and {p}target_lang are both {self.source_lang!r}")
+        if self.source == "multi30k" and self.multi30k_dir is None:
+            for name in ("source_lang", "target_lang"):
+                if getattr(self, name) not in ("en", "de"):
+                    raise ConfigError(
+                        f"{p}{name}={getattr(self, name)!r}: the bundled Multi30k has 'en' and 'de' only"
+                    )
 
 
 @dataclass

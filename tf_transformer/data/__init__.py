@@ -1,1 +1,48 @@
+"""Input side of the recipe (SPEC section 3): the shared SentencePiece vocabulary,
+in-graph tokenization, token-budget batches, and the text / Multi30k / TFDS sources.
 
+::
+
+    from tf_transformer.data import Tokenizer, make_dataset, read_parallel_text
+    tok = Tokenizer(cfg.data.vocab_model)
+    ds = make_dataset(cfg.data, "train", tok, training=True)
+    # ((source_ids [B,S], target_input_ids [B,T]), target_output_ids [B,T]), int32, 0 = pad
+    sources, targets = read_parallel_text(cfg.data, "test")
+
+Ids: pad 0, unk 1, bos 2, eos 3 (see ``tokenizer``). Names are imported on first use, so
+``import tf_transformer.data`` (and ``tft build-vocab``) does not load TensorFlow.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "Tokenizer": "tokenizer",
+    "build_vocab": "tokenizer",
+    "PAD_ID": "tokenizer",
+    "UNK_ID": "tokenizer",
+    "BOS_ID": "tokenizer",
+    "EOS_ID": "tokenizer",
+    "make_dataset": "batching",
+    "dataset_statistics": "batching",
+    "batch_statistics": "batching",
+    "DataStats": "batching",
+    "read_parallel_text": "sources",
+    "split_files": "sources",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
+        value = getattr(module, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_EXPORTS))

@@ -1,0 +1,427 @@
+"""Where sentence pairs come from: parallel text files, the bundled Multi30k, TFDS.
+
+Three sources (``data.source``), one language direction ``data.source_lang`` ->
+``data.target_lang``:
+
+``text``
+    Two files per split, line *i* of one translating line *i* of the other
+    (``data.train_source``/``data.train_target``, ``valid_*``, ``test_*``). Plain UTF-8
+    or gzip (``.gz``). Relative paths are relative to the working directory.
+``multi30k``
+    The copy of Multi30k task 1 in the repository's ``data/multi30k`` (or in
+    ``data.multi30k_dir``): ``{train,val,test2016}.{en,de}.gz``. A ``*_source``/``*_target``
+    field that is set replaces the bundled file for that split.
+``tfds``
+    A TFDS translation dataset (``data.tfds_name``, e.g. ``wmt14_translate/de-en``) whose
+    features are keyed by language. It is read from ``data.tfds_data_dir`` and must be
+    prepared there already unless ``data.tfds_download`` is true: this machine class has
+    no network, so prepare it once elsewhere (``tfds build NAME --data_dir DIR``).
+
+Checks before any training step (bad input fails early and names what is wrong):
+
+* Text files are scanned once in Python, streaming in 1 MiB blocks (about a second per
+  GB): both files must have the same number of lines, else a :class:`DataError` names
+  both files and both counts.
+* Invalid UTF-8: with ``data.invalid_utf8: error`` (the default) the scan stops at the
+  first bad line and names file and line; with ``replace`` each bad byte becomes U+FFFD
+  (which the tokenizer maps to ``<unk>``) and the number of affected lines is reported.
+  TFDS examples are checked by the statistics pass (``batching.dataset_statistics``).
+* Empty pairs (either side without tokens) and over-long pairs are dropped in the
+  graph and counted by the statistics pass; see ``batching``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from tf_transformer.errors import DataError
+
+SPLITS = ("train", "valid", "test")
+MULTI30K_FILES = {"train": "train", "valid": "val", "test": "test2016"}
+_BLOCK = 1 << 20
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise DataError(f"split {split!r} is not one of {', '.join(SPLITS)}")
+
+
+def data_section(config):
+    """Accept a ``Config`` or its ``DataConfig`` section."""
+    return getattr(config, "data", config)
+
+
+# ---------------------------------------------------------------------------------------
+# Multi30k and text files
+# ---------------------------------------------------------------------------------------
+
+
+def bundled_multi30k_dir() -> Path:
+    """``data/multi30k`` of the repository this package was imported from."""
+    return Path(__file__).resolve().parents[2] / "data" / "multi30k"
+
+
+def multi30k_dir(config) -> Path:
+    cfg = data_section(config)
+    if cfg.multi30k_dir:
+        path = Path(cfg.multi30k_dir).expanduser()
+        if not path.is_dir():
+            raise DataError(f"data.multi30k_dir={cfg.multi30k_dir!r} is not a directory")
+        return path
+    path = bundled_multi30k_dir()
+    if not path.is_dir():
+        raise DataError(
+            f"the bundled Multi30k copy is not at {path} (the package was installed without "
+            "the repository's data/ folder); set data.multi30k_dir to a folder holding "
+            "train/val/test2016.{en,de}.gz, e.g. --set data.multi30k_dir=/path/to/repo/data/multi30k"
+        )
+    return path
+
+
+def split_files(config, split: str) -> tuple[Path, Path]:
+    """(source file, target file) of a split for the ``text`` and ``multi30k`` sources."""
+    cfg = data_section(config)
+    _check_split(split)
+    if cfg.source == "tfds":
+        raise DataError(f"data.source='tfds' has no files for split {split!r}")
+    fields = (f"{split}_source", f"{split}_target")
+    given = [getattr(cfg, f) for f in fields]
+    if cfg.source == "multi30k":
+        folder = None
+        paths = []
+        for value, lang in zip(given, (cfg.source_lang, cfg.target_lang)):
+            if value:
+                paths.append(Path(value).expanduser())
+            else:
+                folder = folder or multi30k_dir(cfg)
+                paths.append(folder / f"{MULTI30K_FILES[split]}.{lang}.gz")
+    else:
+        missing = [f"data.{f}" for f, v in zip(fields, given) if not v]
+        if missing:
+            raise DataError(
+                f"data.source='text' needs {' and '.join(missing)} for the {split!r} split"
+            )
+        paths = [Path(v).expanduser() for v in given]
+    for field, path in zip(fields, paths):
+        if not path.is_file():
+            raise DataError(f"{path} (data.{field}, {split} split) does not exist or is not a file")
+    return paths[0], paths[1]
+
+
+def _open_binary(path: Path):
+    return gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
+
+
+@dataclass(frozen=True)
+class FileScan:
+    """What one pass over a text file found."""
+
+    path: str
+    lines: int
+    invalid_lines: int  # lines that are not valid UTF-8 (only counted with "replace")
+
+
+_SCAN_CACHE: dict = {}
+
+
+def scan_text_file(path, invalid_utf8: str = "error") -> FileScan:
+    """Count lines and check UTF-8, streaming in blocks. Lines are what
+    ``tf.data.TextLineDataset`` yields (a last line without newline counts).
+
+    ``invalid_utf8="error"`` raises :class:`DataError` naming file and line at the first
+    invalid line; ``"replace"`` counts the invalid lines.
+    """
+    path = Path(path)
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e}") from None
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, invalid_utf8)
+    if key in _SCAN_CACHE:
+        return _SCAN_CACHE[key]
+
+    lines = 0
+    invalid = 0
+
+    def check(chunk: bytes) -> int:
+        try:
+            chunk.decode("utf-8")
+            return 0
+        except UnicodeDecodeError:
+            pass
+        bad = 0
+        for i, line in enumerate(chunk.split(b"\n")):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                if invalid_utf8 == "error":
+                    raise DataError(
+                        f"{path}:{lines + i + 1}: invalid UTF-8 ({e.reason} at byte {e.start} of "
+                        f"the line: {line[max(0, e.start - 10): e.start + 10]!r}); fix the file or "
+                        "set data.invalid_utf8=replace to replace bad bytes with U+FFFD"
+                    ) from None
+                bad += 1
+        return bad
+
+    try:
+        with _open_binary(path) as f:
+            rest = b""
+            while True:
+                block = f.read(_BLOCK)
+                if not block:
+                    break
+                block = rest + block
+                cut = block.rfind(b"\n") + 1
+                if cut == 0:
+                    rest = block
+                    continue
+                chunk, rest = block[: cut - 1], block[cut:]
+                invalid += check(chunk)
+                lines += chunk.count(b"\n") + 1
+            if rest:
+                invalid += check(rest)
+                lines += 1
+    except (OSError, EOFError, gzip.BadGzipFile) as e:
+        raise DataError(f"cannot read {path}: {e}") from None
+    result = FileScan(str(path), lines, invalid)
+    _SCAN_CACHE[key] = result
+    return result
+
+
+def check_parallel_files(source: Path, target: Path, invalid_utf8: str = "error") -> tuple[int, int]:
+    """Scan both files; returns (pairs, lines with invalid UTF-8 replaced).
+
+    Raises :class:`DataError` when the line counts differ, naming both files and counts.
+    """
+    a = scan_text_file(source, invalid_utf8)
+    b = scan_text_file(target, invalid_utf8)
+    if a.lines != b.lines:
+        raise DataError(
+            f"parallel files differ in length: {source} has {a.lines:,} lines but {target} has "
+            f"{b.lines:,} lines; line i of one must translate line i of the other"
+        )
+    return a.lines, a.invalid_lines + b.invalid_lines
+
+
+def describe(config, split: str) -> str:
+    """Short name of a split's origin for messages, e.g. ``data/multi30k/train.{en,de}.gz``."""
+    cfg = data_section(config)
+    if cfg.source == "tfds":
+        return f"tfds:{cfg.tfds_name}[{_tfds_split(cfg, split)}] ({cfg.source_lang}->{cfg.target_lang})"
+    src, tgt = split_files(cfg, split)
+    return _pair_name(src, tgt)
+
+
+def _pair_name(src: Path, tgt: Path) -> str:
+    def rel(p: Path) -> str:
+        try:
+            return str(p.resolve().relative_to(Path.cwd()))
+        except ValueError:
+            return str(p)
+
+    a, b = rel(src), rel(tgt)
+    # common prefix/suffix: data/multi30k/train.{en,de}.gz
+    i = 0
+    while i < min(len(a), len(b)) and a[i] == b[i]:
+        i += 1
+    j = 0
+    while j < min(len(a), len(b)) - i and a[len(a) - 1 - j] == b[len(b) - 1 - j]:
+        j += 1
+    if i and "/" not in a[i: len(a) - j] + b[i: len(b) - j]:
+        return f"{a[:i]}{{{a[i: len(a) - j]},{b[i: len(b) - j]}}}{a[len(a) - j:]}"
+    return f"{a} + {b}"
+
+
+# ---------------------------------------------------------------------------------------
+# TFDS
+# ---------------------------------------------------------------------------------------
+
+
+def _tfds_split(cfg, split: str) -> str:
+    _check_split(split)
+    return {"train": cfg.tfds_train_split, "valid": cfg.tfds_valid_split, "test": cfg.tfds_test_split}[split]
+
+
+def tfds_builder(config):
+    """The prepared TFDS builder of ``data.tfds_name`` (language keys checked)."""
+    cfg = data_section(config)
+    import tensorflow_datasets as tfds
+
+    where = cfg.tfds_data_dir or "the default TFDS data_dir (~/tensorflow_datasets)"
+    try:
+        builder = tfds.builder(cfg.tfds_name, data_dir=cfg.tfds_data_dir)
+    except Exception as e:  # DatasetNotFoundError and config errors
+        raise DataError(f"data.tfds_name={cfg.tfds_name!r}: {str(e).splitlines()[0]}") from None
+    if not builder.is_prepared():
+        if not cfg.tfds_download:
+            raise DataError(
+                f"TFDS dataset {cfg.tfds_name!r} is not prepared in {where}; prepare it once where "
+                f"the network is reachable (tfds build {cfg.tfds_name} --data_dir DIR) and set "
+                "data.tfds_data_dir=DIR, or set data.tfds_download=true"
+            )
+        print(f"data: downloading and preparing {cfg.tfds_name} in {where}", file=sys.stderr)
+        builder.download_and_prepare()
+    keys = list(builder.info.features.keys())
+    for field in ("source_lang", "target_lang"):
+        lang = getattr(cfg, field)
+        if lang not in keys:
+            raise DataError(
+                f"data.{field}={lang!r} is not a feature of {cfg.tfds_name!r} (features: {', '.join(keys)})"
+            )
+    return builder
+
+
+def _tfds_split_checked(builder, cfg, split: str) -> str:
+    name = _tfds_split(cfg, split)
+    known = list(builder.info.splits.keys())
+    base = name.split("[")[0]
+    if base not in known:
+        field = {"train": "tfds_train_split", "valid": "tfds_valid_split", "test": "tfds_test_split"}[split]
+        raise DataError(
+            f"data.{field}={name!r} is not a split of {cfg.tfds_name!r} (splits: {', '.join(known)})"
+        )
+    return name
+
+
+def tfds_num_examples(config, split: str) -> int:
+    cfg = data_section(config)
+    builder = tfds_builder(cfg)
+    return int(builder.info.splits[_tfds_split_checked(builder, cfg, split)].num_examples)
+
+
+# ---------------------------------------------------------------------------------------
+# Datasets of raw pairs and Python lists
+# ---------------------------------------------------------------------------------------
+
+
+def pair_dataset(config, split: str, shuffle_files: bool = False, seed: int = 0):
+    """``tf.data.Dataset`` of raw ``(source, target)`` ``tf.string`` scalars, file order.
+
+    Text files are checked first (:func:`check_parallel_files`). Returns
+    ``(dataset, pairs, replaced)`` where ``pairs`` is the number of pairs and
+    ``replaced`` the number of lines with invalid UTF-8 (text sources with "replace").
+    """
+    import tensorflow as tf
+
+    cfg = data_section(config)
+    if cfg.source == "tfds":
+        import tensorflow_datasets as tfds
+
+        builder = tfds_builder(cfg)
+        name = _tfds_split_checked(builder, cfg, split)
+        ds = builder.as_dataset(
+            split=name,
+            shuffle_files=shuffle_files,
+            read_config=tfds.ReadConfig(shuffle_seed=seed, try_autocache=False),
+        )
+        src, tgt = cfg.source_lang, cfg.target_lang
+        ds = ds.map(lambda ex: (ex[src], ex[tgt]), num_parallel_calls=tf.data.AUTOTUNE)
+        return ds, int(builder.info.splits[name].num_examples), None
+    source, target = split_files(cfg, split)
+    pairs, replaced = check_parallel_files(source, target, cfg.invalid_utf8)
+
+    def lines(path: Path):
+        kind = "GZIP" if str(path).endswith(".gz") else ""
+        return tf.data.TextLineDataset(str(path), compression_type=kind)
+
+    return tf.data.Dataset.zip((lines(source), lines(target))), pairs, replaced
+
+
+def _decode(raw: bytes, mode: str, where) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if mode == "replace":
+            return raw.decode("utf-8", errors="replace")
+        raise DataError(
+            f"{where}: invalid UTF-8 ({e.reason}); set data.invalid_utf8=replace to replace bad bytes"
+        ) from None
+
+
+def _iter_lines(path: Path, mode: str) -> Iterator[str]:
+    with _open_binary(path) as f:
+        for i, raw in enumerate(f):
+            if raw.endswith(b"\n"):
+                raw = raw[:-1]
+            yield _decode(raw, mode, f"{path}:{i + 1}")
+
+
+def read_parallel_text(config, split: str) -> tuple[list[str], list[str]]:
+    """All pairs of a split as Python strings (stripped), in file order, for evaluation.
+
+    Nothing is dropped (empty or long pairs stay, so references line up with the file);
+    the same checks as for training apply: equal line counts, UTF-8 per
+    ``data.invalid_utf8``.
+    """
+    cfg = data_section(config)
+    _check_split(split)
+    if cfg.source == "tfds":
+        import tensorflow_datasets as tfds
+
+        builder = tfds_builder(cfg)
+        name = _tfds_split_checked(builder, cfg, split)
+        sources, targets = [], []
+        ds = builder.as_dataset(split=name, shuffle_files=False)
+        for i, ex in enumerate(tfds.as_numpy(ds)):
+            where = f"tfds:{cfg.tfds_name}[{name}] example {i}"
+            sources.append(_decode(ex[cfg.source_lang], cfg.invalid_utf8, where).strip())
+            targets.append(_decode(ex[cfg.target_lang], cfg.invalid_utf8, where).strip())
+        return sources, targets
+    source, target = split_files(cfg, split)
+    check_parallel_files(source, target, cfg.invalid_utf8)
+    sources = [s.strip() for s in _iter_lines(source, cfg.invalid_utf8)]
+    targets = [t.strip() for t in _iter_lines(target, cfg.invalid_utf8)]
+    return sources, targets
+
+
+def training_sentences_count(config) -> tuple[str, int]:
+    """(description, number of sentences) that :func:`iter_training_sentences` yields."""
+    cfg = data_section(config)
+    if cfg.source == "tfds":
+        return describe(cfg, "train"), 2 * tfds_num_examples(cfg, "train")
+    source, target = split_files(cfg, "train")
+    pairs, _ = check_parallel_files(source, target, cfg.invalid_utf8)
+    return _pair_name(source, target), 2 * pairs
+
+
+def iter_training_sentences(config) -> Iterator[str]:
+    """Every source sentence of the training split, then every target sentence (for the
+    shared vocabulary). Not stripped; invalid UTF-8 per ``data.invalid_utf8``."""
+    cfg = data_section(config)
+    if cfg.source == "tfds":
+        import tensorflow_datasets as tfds
+
+        builder = tfds_builder(cfg)
+        name = _tfds_split_checked(builder, cfg, "train")
+        for lang in (cfg.source_lang, cfg.target_lang):
+            ds = builder.as_dataset(split=name, shuffle_files=False).map(lambda ex: ex[lang])
+            for i, raw in enumerate(tfds.as_numpy(ds)):
+                yield _decode(raw, cfg.invalid_utf8, f"tfds:{cfg.tfds_name}[{name}] example {i} ({lang})")
+        return
+    source, target = split_files(cfg, "train")
+    check_parallel_files(source, target, cfg.invalid_utf8)
+    for path in (source, target):
+        yield from _iter_lines(path, cfg.invalid_utf8)
+
+
+__all__ = [
+    "SPLITS",
+    "FileScan",
+    "bundled_multi30k_dir",
+    "check_parallel_files",
+    "data_section",
+    "describe",
+    "iter_training_sentences",
+    "multi30k_dir",
+    "pair_dataset",
+    "read_parallel_text",
+    "scan_text_file",
+    "split_files",
+    "tfds_builder",
+    "training_sentences_count",
+]
+

@@ -1,0 +1,331 @@
+"""The shared SentencePiece vocabulary: training it (``tft build-vocab``) and using it.
+
+One subword model serves both languages, as in the paper (a shared BPE vocabulary of
+about 37,000 tokens for WMT14 En-De; 8,000 for the bundled Multi30k). Its ids are fixed:
+
+====  ==========  =======================================================
+ id    piece       role
+====  ==========  =======================================================
+ 0     ``<pad>``   padding; never produced by the tokenizer; carries no loss
+ 1     ``<unk>``   characters outside the vocabulary (and replaced bytes)
+ 2     ``<s>``     BOS: first token of every decoder input
+ 3     ``</s>``    EOS: last token of every label sequence
+====  ==========  =======================================================
+
+Ids 0, 2 and 3 are SentencePiece *control* symbols: tokenizing text never yields them
+and detokenizing drops them. :class:`Tokenizer` refuses a model with other ids.
+
+Training is deterministic: the trainer runs on one thread over the sentences in file
+order with its own sampling and shuffling switched off; when the corpus holds more than
+``data.vocab_input_sentence_size`` sentences, we pick the sample ourselves with
+``data.seed``. The model is serialised from memory (no output path inside it), so the
+same inputs, settings and seed give a byte-identical ``.model`` file wherever it is
+written.
+
+Two ways to use the model:
+
+* in the graph (``tf.data``, exported signatures): :meth:`Tokenizer.tokenize` /
+  :meth:`Tokenizer.detokenize`, built on ``tensorflow_text.SentencepieceTokenizer``;
+* in Python (evaluation, tests): :meth:`Tokenizer.encode` / :meth:`Tokenizer.decode`
+  with the ``sentencepiece`` library. Both give the same ids.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Iterable, Iterator, Optional, Sequence, Union
+
+from tf_transformer.errors import DataError
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE = "<pad>", "<unk>", "<s>", "</s>"
+
+
+class Tokenizer:
+    """A SentencePiece model with the ids above, usable in Python and in TF graphs.
+
+    Args:
+        model: path of a ``.model`` file, or the serialised model proto (``bytes``).
+
+    Example::
+
+        tok = Tokenizer("runs/multi30k_small/spm.model")
+        ids = tok.encode(["A dog runs."])           # [[...]]: list of int lists (Python)
+        tok.decode([ids[0] + [tok.eos_id, 0]])      # ["A dog runs."]
+        tok.tokenize(tf.constant(["A dog runs."]))  # the same ids, tf.RaggedTensor int32
+    """
+
+    def __init__(self, model: Union[str, os.PathLike, bytes]):
+        import sentencepiece as spm
+
+        if isinstance(model, (bytes, bytearray)):
+            self.model_path: Optional[str] = None
+            proto = bytes(model)
+            where = "<model bytes>"
+        else:
+            self.model_path = str(model)
+            where = self.model_path
+            try:
+                with open(model, "rb") as f:
+                    proto = f.read()
+            except FileNotFoundError:
+                raise DataError(
+                    f"SentencePiece model {where} does not exist; build one with "
+                    "`tft build-vocab --config CONFIG --output PREFIX` and set data.vocab_model"
+                ) from None
+            except OSError as e:
+                raise DataError(f"cannot read SentencePiece model {where}: {e}") from None
+        self._sp = spm.SentencePieceProcessor()
+        try:
+            self._sp.LoadFromSerializedProto(proto)
+        except Exception as e:  # sentencepiece raises RuntimeError/OSError variants
+            raise DataError(f"{where} is not a SentencePiece model: {e}") from None
+        expected = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
+        actual = {
+            "pad": self._sp.pad_id(),
+            "unk": self._sp.unk_id(),
+            "bos": self._sp.bos_id(),
+            "eos": self._sp.eos_id(),
+        }
+        if actual != expected:
+            raise DataError(
+                f"{where}: special ids are {actual}, expected {expected}; "
+                "rebuild the vocabulary with `tft build-vocab`"
+            )
+        self.model_proto: bytes = proto
+        self._tf_tokenizer = None
+
+    # -- ids -------------------------------------------------------------------------
+    pad_id = PAD_ID
+    unk_id = UNK_ID
+    bos_id = BOS_ID
+    eos_id = EOS_ID
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._sp.get_piece_size())
+
+    def __repr__(self) -> str:
+        where = self.model_path or "<bytes>"
+        return f"Tokenizer({where!r}, vocab_size={self.vocab_size})"
+
+    @classmethod
+    def from_config(cls, data_config) -> "Tokenizer":
+        """The tokenizer named by ``data.vocab_model`` (with a clear error when unset)."""
+        if not data_config.vocab_model:
+            raise DataError(
+                "data.vocab_model is not set: build a vocabulary with `tft build-vocab --config "
+                "CONFIG --output runs/NAME/spm` and pass --set data.vocab_model=runs/NAME/spm.model"
+            )
+        return cls(data_config.vocab_model)
+
+    # -- Python side -----------------------------------------------------------------
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Subword ids of each text, without BOS/EOS."""
+        if isinstance(texts, str):
+            raise TypeError("Tokenizer.encode takes a list of strings, got one string")
+        return [list(ids) for ids in self._sp.encode(list(texts), out_type=int)]
+
+    def decode(self, ids: Iterable[Sequence[int]]) -> list[str]:
+        """Text of each id sequence. Ids after the first EOS are ignored; pad/BOS dropped."""
+        out = []
+        for seq in ids:
+            seq = [int(i) for i in seq]
+            if EOS_ID in seq:
+                seq = seq[: seq.index(EOS_ID)]
+            out.append(self._sp.decode([i for i in seq if i not in (PAD_ID, BOS_ID)]))
+        return out
+
+    def id_to_piece(self, ids: Sequence[int]) -> list[str]:
+        """Subword strings of ids (``"▁dog"``), e.g. to label attention plots."""
+        return [self._sp.id_to_piece(int(i)) for i in ids]
+
+    def pieces(self, text: str) -> list[str]:
+        """Subword strings of one text."""
+        return list(self._sp.encode(text, out_type=str))
+
+    # -- graph side ------------------------------------------------------------------
+    @property
+    def tf_tokenizer(self):
+        """The underlying ``tensorflow_text.SentencepieceTokenizer`` (int32 ids)."""
+        if self._tf_tokenizer is None:
+            import tensorflow as tf
+            import tensorflow_text as tf_text
+
+            with tf.init_scope():  # created eagerly even when first used inside a graph
+                self._tf_tokenizer = tf_text.SentencepieceTokenizer(
+                    model=self.model_proto, out_type=tf.int32
+                )
+        return self._tf_tokenizer
+
+    def tokenize(self, texts):
+        """``tf.string [N]`` -> ``tf.RaggedTensor int32 [N, None]`` (no BOS/EOS), in-graph."""
+        return self.tf_tokenizer.tokenize(texts)
+
+    def detokenize(self, ids):
+        """int ids ``[N, T]`` (dense, 0-padded, or ragged) -> ``tf.string [N]``, in-graph.
+
+        Like :meth:`decode`: ids after the first EOS are ignored, pad and BOS dropped.
+        """
+        import tensorflow as tf
+
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.RaggedTensor.from_tensor(tf.convert_to_tensor(ids))
+        ids = tf.cast(ids, tf.int32)
+        after_eos = tf.cast(tf.math.cumsum(tf.cast(ids == EOS_ID, tf.int32), axis=1), tf.bool)
+        keep = tf.logical_not(after_eos) & (ids != PAD_ID) & (ids != BOS_ID)
+        return self.tf_tokenizer.detokenize(tf.ragged.boolean_mask(ids, keep))
+
+
+# ---------------------------------------------------------------------------------------
+# Training the vocabulary
+# ---------------------------------------------------------------------------------------
+
+
+def train_sentencepiece(
+    sentences: Iterator[str],
+    vocab_size: int,
+    model_type: str = "bpe",
+    character_coverage: float = 1.0,
+) -> bytes:
+    """Train a SentencePiece model on ``sentences`` (in this order) and return its proto.
+
+    Deterministic: one thread, no sampling or shuffling inside the trainer.
+    """
+    import sentencepiece as spm
+
+    writer = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=sentences,
+            model_writer=writer,
+            model_type=model_type,
+            vocab_size=vocab_size,
+            character_coverage=character_coverage,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            pad_piece=PAD_PIECE,
+            unk_piece=UNK_PIECE,
+            bos_piece=BOS_PIECE,
+            eos_piece=EOS_PIECE,
+            num_threads=1,
+            input_sentence_size=0,
+            shuffle_input_sentence=False,
+            minloglevel=2,
+        )
+    except RuntimeError as e:
+        text = str(e)
+        if "Vocabulary size" in text:
+            raise DataError(
+                f"data.vocab_size={vocab_size} does not fit this corpus: {text.strip()}"
+            ) from None
+        raise DataError(f"SentencePiece training failed: {text.strip()}") from None
+    return writer.getvalue()
+
+
+def vocab_lines(model_proto: bytes) -> list[str]:
+    """``piece<TAB>score`` lines, the ``.vocab`` file format of SentencePiece."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor()
+    sp.LoadFromSerializedProto(model_proto)
+    return [f"{sp.id_to_piece(i)}\t{sp.get_score(i) + 0.0:g}" for i in range(sp.get_piece_size())]
+
+
+def build_vocab(
+    data_config,
+    output: Union[str, os.PathLike],
+    vocab_size: Optional[int] = None,
+    overwrite: bool = False,
+    progress=None,
+) -> dict:
+    """Train the shared vocabulary on the training split (both languages) of
+    ``data_config`` and write ``<output>.model`` and ``<output>.vocab``.
+
+    ``output`` is a prefix; a trailing ``.model`` is removed. An existing model with
+    different contents is not replaced unless ``overwrite``. ``progress`` is a callable
+    taking a message (default: print to stderr). Returns a summary dict (paths, sizes,
+    sentence counts, seconds, ``summary`` = the one-line text).
+    """
+    from tf_transformer.data import sources
+
+    if progress is None:
+        def progress(msg):
+            print(msg, file=sys.stderr, flush=True)
+
+    cfg = data_config
+    vocab_size = int(vocab_size or cfg.vocab_size)
+    prefix = str(output)
+    if prefix.endswith(".model"):
+        prefix = prefix[: -len(".model")]
+    model_path, vocab_path = Path(prefix + ".model"), Path(prefix + ".vocab")
+
+    start = time.time()
+    described, count = sources.training_sentences_count(cfg)
+    limit = cfg.vocab_input_sentence_size
+    selected = None
+    if limit and count > limit:
+        import numpy as np
+
+        rng = np.random.default_rng(cfg.seed)
+        selected = np.sort(rng.choice(count, size=limit, replace=False))
+        progress(
+            f"build-vocab: sampling {limit:,} of {count:,} sentences from {described} "
+            f"(data.vocab_input_sentence_size, seed {cfg.seed})"
+        )
+    else:
+        progress(f"build-vocab: reading {count:,} sentences from {described}")
+
+    used = [0]
+
+    def sentences():
+        idx = 0  # position in the sampled index list
+        for i, text in enumerate(sources.iter_training_sentences(cfg)):
+            if selected is not None:
+                if idx >= len(selected):
+                    return
+                if i != selected[idx]:
+                    continue
+                idx += 1
+            text = text.strip()
+            if text:
+                used[0] += 1
+                yield text
+
+    progress(
+        f"build-vocab: training SentencePiece {cfg.vocab_model_type.upper()} with {vocab_size:,} "
+        "pieces (one thread)"
+    )
+    proto = train_sentencepiece(
+        sentences(), vocab_size, cfg.vocab_model_type, cfg.vocab_character_coverage
+    )
+    if model_path.exists() and not overwrite and model_path.read_bytes() != proto:
+        raise DataError(
+            f"{model_path} exists and holds a different model; choose another --output or pass "
+            "--force to replace it (models trained with the old one need it)"
+        )
+    model_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = model_path.with_name(model_path.name + ".tmp")
+    tmp.write_bytes(proto)
+    os.replace(tmp, model_path)
+    vocab_path.write_text("\n".join(vocab_lines(proto)) + "\n", encoding="utf-8")
+    seconds = time.time() - start
+    summary = (
+        f"wrote {model_path} and {vocab_path}: {cfg.vocab_model_type.upper()} vocabulary of "
+        f"{vocab_size:,} pieces (pad={PAD_ID} unk={UNK_ID} bos={BOS_ID} eos={EOS_ID}) from "
+        f"{used[0]:,} sentences of {described} in {seconds:.1f} s"
+    )
+    return {
+        "model": str(model_path),
+        "vocab": str(vocab_path),
+        "vocab_size": vocab_size,
+        "sentences": used[0],
+        "seconds": seconds,
+        "summary": summary,
+    }

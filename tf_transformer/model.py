@@ -194,7 +194,7 @@ class Transformer(keras.Model):
         :meth:`decode_step` fills one position per step. Fixed shapes keep the decoding loop
         a single ``tf.while_loop`` / XLA program.
         """
-        cache = self.decoder.init_cache(memory, int(max_length))
+        cache = self.decoder.init_cache(memory, max_length)  # int or int32 scalar tensor
         cache["source_mask"] = source_mask
         return cache
 

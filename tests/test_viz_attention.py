@@ -1,0 +1,60 @@
+"""Attention plots: weights rows sum to 1, the command writes non-empty PNG and SVG files."""
+
+import gzip
+
+import numpy as np
+import pytest
+
+from tf_transformer.cli import main
+from tf_transformer.data.tokenizer import Tokenizer, train_sentencepiece
+from tf_transformer.model import Transformer
+from tf_transformer.viz.attention import attention_for_sentence
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("viz")
+    with gzip.open("data/multi30k/train.en.gz", "rt", encoding="utf-8") as f:
+        lines = [next(f).strip() for _ in range(300)]
+    proto = train_sentencepiece(iter(lines), vocab_size=200)
+    (root / "spm.model").write_bytes(proto)
+    tok = Tokenizer(proto)
+    model = Transformer(vocab_size=tok.vocab_size, d_model=16, num_layers=2, num_heads=4, d_ff=32, max_length=64)
+    model.build()
+    model.save(root / "m.keras")
+    return root, model, tok
+
+
+def test_attention_rows_sum_to_one(tiny):
+    _, model, tok = tiny
+    weights, src, tgt = attention_for_sentence(model, tok, "Two dogs play in the snow.", target="A dog.")
+    assert src[-1] == "</s>" and tgt[0] == "<s>"
+    for kind, (q, k) in {"encoder_self": (src, src), "decoder_self": (tgt, tgt), "decoder_cross": (tgt, src)}.items():
+        assert len(weights[kind]) == 2
+        for w in weights[kind]:
+            assert w.shape == (4, len(q), len(k))
+            np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
+    upper = np.triu(np.ones((len(tgt), len(tgt)), bool), 1)
+    assert np.all(weights["decoder_self"][0][:, upper] == 0)  # causal
+
+
+@pytest.mark.parametrize("suffix,magic", [(".png", b"\x89PNG"), (".svg", b"<?xml")])
+def test_plot_attention_command_writes_images(tiny, suffix, magic, capsys):
+    root, _, _ = tiny
+    out = root / f"attn{suffix}"
+    code = main(["plot-attention", "--model", str(root / "m.keras"), "--vocab", str(root / "spm.model"),
+                 "--sentence", "A man rides a bike.", "--attention", "encoder", "--layer", "1",
+                 "--style", "both", "--output", str(out)])
+    assert code == 0
+    for name in ("attn-lines", "attn-heatmap"):
+        data = (root / f"{name}{suffix}").read_bytes()
+        assert data.startswith(magic) and len(data) > 2000
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_plot_attention_bad_layer_is_a_clear_error(tiny, capsys):
+    root, _, _ = tiny
+    code = main(["plot-attention", "--model", str(root / "m.keras"), "--vocab", str(root / "spm.model"),
+                 "--sentence", "A man.", "--layer", "7", "--output", str(root / "x.png")])
+    assert code == 2
+    assert "--layer 7: the model has 2 layers" in capsys.readouterr().err

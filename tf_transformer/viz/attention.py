@@ -1,0 +1,198 @@
+"""Attention plots like the paper's appendix (``tft plot-attention``).
+
+Two styles:
+
+* ``lines``: the appendix figures. Query tokens in a left column, key tokens in a right
+  column; a line from a query token to each key token it attends to, its opacity the
+  attention weight, one colour per head. ``--query-token`` keeps one query token (the
+  appendix's "making" and "its" examples), the default draws every token.
+* ``heatmap``: one ``[query, key]`` matrix per head of a layer, side by side.
+
+Which attention: ``--attention encoder`` (encoder self-attention, as in the appendix),
+``decoder`` (masked decoder self-attention) or ``cross`` (encoder-decoder attention). For the
+decoder kinds the target is the model's greedy translation unless ``--target`` is given.
+Output format follows the file suffix (``.png`` or ``.svg``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from tf_transformer.errors import UserError
+
+KINDS = {"encoder": "encoder_self", "decoder": "decoder_self", "cross": "decoder_cross"}
+
+
+def attention_for_sentence(model, tokenizer, sentence: str, target: str | None = None):
+    """Run the model on one sentence and return ``(weights, source_pieces, target_pieces)``.
+
+    ``weights`` is :meth:`Transformer.attention_weights`' dict with batch dimension removed:
+    per kind, a list (one per layer) of ``[heads, query, key]`` arrays. Source pieces end with
+    ``</s>``; target pieces start with ``<s>`` (the decoder input).
+    """
+    import keras
+
+    src = list(tokenizer.encode([sentence])[0])
+    limit = int(model.max_length)
+    src = src[: limit - 1] + [tokenizer.eos_id]
+    if target is None:
+        from tf_transformer.decoding.model_fns import translate_batch
+
+        ids, _ = translate_batch(model, np.array([src], "int32"), beam_size=1, bos_id=tokenizer.bos_id,
+                                 eos_id=tokenizer.eos_id)
+        tgt = [int(t) for t in keras.ops.convert_to_numpy(ids)[0] if t != 0]
+    else:
+        tgt = list(tokenizer.encode([target])[0])[: limit - 1]
+    tgt_in = [tokenizer.bos_id] + tgt
+    weights = model.attention_weights(np.array([src], "int32"), np.array([tgt_in], "int32"))
+    arrays = {k: [keras.ops.convert_to_numpy(w)[0] for w in v] for k, v in weights.items()}
+    return arrays, tokenizer.id_to_piece(src), tokenizer.id_to_piece(tgt_in)
+
+
+def _colours(n):
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def plot_lines(weights, query_tokens, key_tokens, heads=None, query_index=None, title="", path=None,
+               threshold=0.02):
+    """Appendix style: lines from query tokens (left) to key tokens (right), one colour per head.
+
+    Args:
+        weights: ``[heads, query, key]``.
+        heads: head indices to draw (default all).
+        query_index: draw only this query token's attention (default: every token).
+        threshold: weights below this are not drawn.
+    Returns the matplotlib figure (also saved to ``path`` when given).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    heads = list(range(weights.shape[0])) if heads is None else list(heads)
+    colours = _colours(weights.shape[0])
+    nq, nk = len(query_tokens), len(key_tokens)
+    height = max(nq, nk)
+    fig, ax = plt.subplots(figsize=(5.5, 0.32 * height + 1.2))
+    yq = np.linspace(height - 1, 0, nq) if nq > 1 else np.array([height / 2])
+    yk = np.linspace(height - 1, 0, nk) if nk > 1 else np.array([height / 2])
+    queries = range(nq) if query_index is None else [query_index]
+    for h in heads:
+        for q in queries:
+            for k in range(nk):
+                w = float(weights[h, q, k])
+                if w >= threshold:
+                    ax.plot([0.05, 0.95], [yq[q], yk[k]], color=colours[h], alpha=min(1.0, w), linewidth=1.0 + 2.0 * w)
+    for i, tok in enumerate(query_tokens):
+        ax.text(0.0, yq[i], tok, ha="right", va="center", fontsize=9,
+                fontweight="bold" if query_index == i else "normal")
+    for i, tok in enumerate(key_tokens):
+        ax.text(1.0, yk[i], tok, ha="left", va="center", fontsize=9)
+    handles = [plt.Line2D([], [], color=colours[h], label=f"head {h}") for h in heads]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.01), ncol=min(len(heads), 8),
+              fontsize=7, frameon=False)
+    ax.set_xlim(-0.45, 1.45)
+    ax.set_ylim(-1, height)
+    ax.axis("off")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=150, bbox_inches="tight")
+    return fig
+
+
+def plot_heatmaps(weights, query_tokens, key_tokens, title="", path=None):
+    """One heatmap per head of ``weights`` ``[heads, query, key]`` (rows: queries)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = weights.shape[0]
+    cols = min(n, 4)
+    rows = (n + cols - 1) // cols
+    size = 0.22 * max(len(query_tokens), len(key_tokens)) + 1.5
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * size, rows * size), squeeze=False)
+    for h in range(rows * cols):
+        ax = axes[h // cols][h % cols]
+        if h >= n:
+            ax.axis("off")
+            continue
+        ax.imshow(weights[h], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+        ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=6)
+        ax.set_yticks(range(len(query_tokens)), query_tokens, fontsize=6)
+        ax.set_title(f"head {h}", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=150, bbox_inches="tight")
+    return fig
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="a trained model (.keras)")
+    parser.add_argument("--vocab", required=True, help="its SentencePiece model (.model)")
+    parser.add_argument("--sentence", required=True, help="source sentence")
+    parser.add_argument("--target", help="target sentence for decoder/cross attention (default: greedy translation)")
+    parser.add_argument("--attention", choices=sorted(KINDS), default="encoder")
+    parser.add_argument("--layer", type=int, default=-1, help="layer index, negative from the top (default: last)")
+    parser.add_argument("--heads", default="all", help="comma-separated head indices or 'all'")
+    parser.add_argument("--style", choices=["lines", "heatmap", "both"], default="both")
+    parser.add_argument("--query-token", type=int, help="lines style: draw only this query position")
+    parser.add_argument("--output", required=True, help="output file (.png or .svg); 'both' adds -lines/-heatmap")
+
+
+def run(args: argparse.Namespace) -> int:
+    import keras
+
+    from tf_transformer.data import Tokenizer
+
+    out = Path(args.output)
+    if out.suffix.lower() not in (".png", ".svg"):
+        raise UserError(f"--output {out}: expected a .png or .svg file name")
+    for flag, path in (("--model", args.model), ("--vocab", args.vocab)):
+        if not Path(path).is_file():
+            raise UserError(f"{flag} {path}: no such file")
+    model = keras.saving.load_model(args.model)
+    tokenizer = Tokenizer(args.vocab)
+    if not args.sentence.strip():
+        raise UserError("--sentence is empty")
+    weights, src, tgt = attention_for_sentence(model, tokenizer, args.sentence, args.target)
+    layers = weights[KINDS[args.attention]]
+    if not -len(layers) <= args.layer < len(layers):
+        raise UserError(f"--layer {args.layer}: the model has {len(layers)} layers (0..{len(layers) - 1})")
+    layer = args.layer % len(layers)
+    w = layers[layer]
+    if args.heads == "all":
+        heads = list(range(w.shape[0]))
+    else:
+        try:
+            heads = [int(h) for h in args.heads.split(",")]
+        except ValueError:
+            raise UserError(f"--heads {args.heads!r}: expected comma-separated integers or 'all'") from None
+        bad = [h for h in heads if not 0 <= h < w.shape[0]]
+        if bad:
+            raise UserError(f"--heads: {bad} out of range; the layer has {w.shape[0]} heads")
+    queries = src if args.attention == "encoder" else tgt
+    keys = tgt if args.attention == "decoder" else src
+    if args.query_token is not None and not 0 <= args.query_token < len(queries):
+        raise UserError(f"--query-token {args.query_token}: the query side has {len(queries)} tokens")
+    title = f"{args.attention} attention, layer {layer + 1} of {len(layers)}"
+    written = []
+    if args.style in ("lines", "both"):
+        path = out if args.style == "lines" else out.with_name(out.stem + "-lines" + out.suffix)
+        plot_lines(w, queries, keys, heads=heads, query_index=args.query_token, title=title, path=path)
+        written.append(path)
+    if args.style in ("heatmap", "both"):
+        path = out if args.style == "heatmap" else out.with_name(out.stem + "-heatmap" + out.suffix)
+        plot_heatmaps(w[heads], queries, keys, title=title, path=path)
+        written.append(path)
+    print(f"wrote {', '.join(map(str, written))} ({args.attention} attention, layer {layer + 1}/{len(layers)}, "
+          f"{len(heads)} heads, {len(queries)}x{len(keys)} tokens)")
+    return 0

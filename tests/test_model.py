@@ -155,3 +155,14 @@ def test_mixed_precision_forward_is_finite_and_float32():
         assert np.isfinite(np_(out)).all()
     finally:
         keras.mixed_precision.set_dtype_policy("float32")
+
+
+@pytest.mark.parametrize("row", ["table3/C1", "table3/C3", "table3/C6", "table3/B1"])
+def test_table3_parameter_differences_match_the_paper(row):
+    """Rows at d_model=512 differ from base by what the paper says (within its 1M rounding)."""
+    from tf_transformer.paper import TABLE3
+    from tf_transformer.params import count_preset
+
+    ours = (count_preset(row) - count_preset("base")) / 1e6
+    paper = TABLE3[row][2] - TABLE3["base"][2]
+    assert abs(ours - paper) <= 1.0, (row, ours, paper)

@@ -1,0 +1,182 @@
+"""Label-smoothed cross-entropy and token metrics that ignore padding (paper section 5.4).
+
+**Smoothing.** The target distribution for a position whose gold token is ``y`` puts
+``1 - eps`` on ``y`` and spreads ``eps`` uniformly over the other ``V - 1`` tokens
+(``eps / (V - 1)`` each; tensor2tensor's and fairseq's choice). The reported loss is the
+KL divergence from that distribution to the model's, i.e. the cross-entropy minus the
+distribution's own entropy ``H = -(1-eps) log(1-eps) - eps log(eps/(V-1))``, which is a
+constant (tensor2tensor subtracts it too): gradients are unchanged and a perfect fit reads 0.
+With ``eps = 0`` the loss is the plain negative log-likelihood.
+
+**No one-hot.** Per position, with ``lse = logsumexp(logits)``::
+
+    log p_y      = logits[y] - lse                         (one gathered value)
+    sum_v log p_v = sum_v logits[v] - V * lse               (one reduction)
+    loss = -(1-eps) log p_y - eps/(V-1) * (sum_v log p_v - log p_y) - H
+
+so only ``[batch, length]`` tensors are made besides the logits themselves.
+
+**Normalization.** Losses are *summed* over real target tokens (``target != pad_id``) and
+divided by the number of real tokens in the whole update, across replicas and accumulated
+micro-batches; :func:`token_statistics` returns the sums that
+:class:`~tf_transformer.training.trainer.TrainingModel` combines. Perplexity is
+``exp(sum NLL / tokens)`` of the unsmoothed NLL.
+
+Everything here uses ``keras.ops`` and runs on any Keras backend.
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+from keras import ops
+
+
+def smoothing_entropy(epsilon: float, vocab_size: int) -> float:
+    """Entropy (nats) of the smoothed target distribution: the floor of its cross-entropy."""
+    if epsilon <= 0.0:
+        return 0.0
+    low = epsilon / (vocab_size - 1)
+    return -((1.0 - epsilon) * math.log(1.0 - epsilon) + epsilon * math.log(low))
+
+
+def token_statistics(targets, logits, epsilon: float = 0.0, pad_id: int = 0):
+    """Per-batch sums for the loss and the metrics.
+
+    Args:
+        targets: int ``[batch, length]``, gold ids, ``pad_id`` where there is no token.
+        logits: float ``[batch, length, vocab]`` (cast to float32).
+        epsilon: label smoothing ``eps_ls``.
+        pad_id: padding id; those positions count nowhere.
+
+    Returns:
+        dict of float32 scalars: ``loss_sum`` (smoothed loss summed over real tokens),
+        ``nll_sum`` (unsmoothed negative log-likelihood), ``correct`` (argmax hits) and
+        ``tokens`` (number of real tokens).
+    """
+    logits = ops.cast(logits, "float32")
+    targets = ops.cast(targets, "int32")
+    vocab_size = logits.shape[-1]
+    mask = ops.cast(ops.not_equal(targets, pad_id), "float32")
+    lse = ops.logsumexp(logits, axis=-1)
+    gold_logit = ops.squeeze(ops.take_along_axis(logits, ops.expand_dims(targets, -1), axis=-1), -1)
+    gold_logp = gold_logit - lse
+    nll = -gold_logp
+    if epsilon > 0.0:
+        if vocab_size is None:
+            vocab_size = ops.shape(logits)[-1]
+        confidence = 1.0 - epsilon
+        low = epsilon / (float(vocab_size) - 1.0)
+        sum_logp = ops.sum(logits, axis=-1) - float(vocab_size) * lse
+        loss = -(confidence - low) * gold_logp - low * sum_logp - smoothing_entropy(epsilon, int(vocab_size))
+    else:
+        loss = nll
+    predicted = ops.cast(ops.argmax(logits, axis=-1), "int32")
+    correct = ops.cast(ops.equal(predicted, targets), "float32") * mask
+    return {
+        "loss_sum": ops.sum(loss * mask),
+        "nll_sum": ops.sum(nll * mask),
+        "correct": ops.sum(correct),
+        "tokens": ops.sum(mask),
+    }
+
+
+def label_smoothed_loss(targets, logits, epsilon: float = 0.1, pad_id: int = 0):
+    """Mean label-smoothed loss per real target token of one batch (a float32 scalar)."""
+    stats = token_statistics(targets, logits, epsilon, pad_id)
+    return stats["loss_sum"] / ops.maximum(stats["tokens"], 1.0)
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class LabelSmoothedCrossEntropy(keras.losses.Loss):
+    """Keras ``Loss`` form of :func:`label_smoothed_loss`, for ``model.compile(loss=...)``.
+
+    Returns the per-token mean of each batch. Under a distribution strategy Keras averages
+    the replicas' means, which weighs tokens slightly unevenly when replicas hold different
+    token counts; :class:`~tf_transformer.training.trainer.TrainingModel` normalizes by the
+    global token count instead.
+    """
+
+    def __init__(self, epsilon: float = 0.1, pad_id: int = 0, name: str = "label_smoothed_ce", **kwargs):
+        kwargs.setdefault("reduction", "sum")
+        super().__init__(name=name, **kwargs)
+        self.epsilon = float(epsilon)
+        self.pad_id = int(pad_id)
+
+    def call(self, y_true, y_pred):
+        return label_smoothed_loss(y_true, y_pred, self.epsilon, self.pad_id)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(epsilon=self.epsilon, pad_id=self.pad_id)
+        return config
+
+
+class _TokenRatio(keras.metrics.Metric):
+    """``numerator / tokens`` accumulated over batches; padding excluded.
+
+    ``update_state(y_true, y_pred)`` works as any Keras metric; :meth:`update_totals` adds
+    precomputed sums (what the trainer does with globally reduced numbers).
+    """
+
+    _key = "nll_sum"
+
+    def __init__(self, pad_id: int = 0, name=None, **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_id = int(pad_id)
+        self.total = self.add_variable(shape=(), initializer="zeros", dtype="float32", name="total")
+        self.count = self.add_variable(shape=(), initializer="zeros", dtype="float32", name="count")
+
+    def update_totals(self, total, count):
+        self.total.assign_add(ops.cast(total, "float32"))
+        self.count.assign_add(ops.cast(count, "float32"))
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        stats = token_statistics(y_true, y_pred, 0.0, self.pad_id)
+        self.update_totals(stats[self._key], stats["tokens"])
+
+    def _ratio(self):
+        return ops.divide_no_nan(self.total, self.count)
+
+    def result(self):
+        return self._ratio()
+
+    def reset_state(self):
+        self.total.assign(0.0)
+        self.count.assign(0.0)
+
+    def get_config(self):
+        return {**super().get_config(), "pad_id": self.pad_id}
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class TokenAccuracy(_TokenRatio):
+    """Fraction of real (non-pad) target tokens whose argmax prediction is the gold token."""
+
+    _key = "correct"
+
+    def __init__(self, pad_id: int = 0, name: str = "accuracy", **kwargs):
+        super().__init__(pad_id=pad_id, name=name, **kwargs)
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class Perplexity(_TokenRatio):
+    """``exp(mean unsmoothed NLL per real target token)``."""
+
+    _key = "nll_sum"
+
+    def __init__(self, pad_id: int = 0, name: str = "perplexity", **kwargs):
+        super().__init__(pad_id=pad_id, name=name, **kwargs)
+
+    def result(self):
+        return ops.exp(self._ratio())
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class TokenMean(_TokenRatio):
+    """Mean of a per-token quantity (the smoothed loss) over real target tokens; feed it
+    with :meth:`update_totals` (``update_state`` measures the unsmoothed NLL)."""
+
+    def __init__(self, pad_id: int = 0, name: str = "loss", **kwargs):
+        super().__init__(pad_id=pad_id, name=name, **kwargs)

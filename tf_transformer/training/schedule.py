@@ -1,0 +1,79 @@
+"""The paper's learning-rate schedule and optimizer (section 5.3).
+
+``lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``: a linear rise for
+``warmup`` steps, then decay with the inverse square root of the step number. The paper
+numbers steps from 1; Keras' ``optimizer.iterations`` counts from 0 (it is 0 while the first
+update is being computed), so the schedule evaluates the formula at ``iterations + 1``.
+
+Example:
+    >>> s = TransformerSchedule(d_model=512, warmup_steps=4000)
+    >>> round(float(s(3999)), 7)      # the 4000th update: the peak, 512^-0.5 * 4000^-0.5
+    0.0006988
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """``scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)``, ``step = iterations + 1``.
+
+    Args:
+        d_model: model width (512 base, 1024 big).
+        warmup_steps: updates of linear warmup (4000 in the paper).
+        scale: constant factor (1.0 in the paper; t2t's ``learning_rate`` hyper-parameter).
+    """
+
+    def __init__(self, d_model: int, warmup_steps: int = 4000, scale: float = 1.0):
+        super().__init__()
+        if d_model <= 0 or warmup_steps <= 0 or scale <= 0:
+            raise ValueError(
+                f"TransformerSchedule needs d_model > 0, warmup_steps > 0, scale > 0; got "
+                f"d_model={d_model}, warmup_steps={warmup_steps}, scale={scale}"
+            )
+        self.d_model = int(d_model)
+        self.warmup_steps = int(warmup_steps)
+        self.scale = float(scale)
+
+    def __call__(self, step):
+        # `step` is optimizer.iterations (0 during the first update); the paper's step is 1-based.
+        step = ops.cast(step, "float32") + 1.0
+        rise = step * (self.warmup_steps ** -1.5)
+        decay = ops.rsqrt(step)
+        return (self.scale * self.d_model ** -0.5) * ops.minimum(rise, decay)
+
+    def peak(self) -> float:
+        """The largest learning rate, reached at step ``warmup_steps``."""
+        return self.scale * self.d_model ** -0.5 * self.warmup_steps ** -0.5
+
+    def get_config(self):
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+
+
+def paper_learning_rate(step: int, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
+    """The formula in plain Python for a 1-based ``step`` (reference for tests and plots)."""
+    return scale * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
+
+
+def make_optimizer(train_config, d_model: int):
+    """Adam(beta_1, beta_2, epsilon from ``train_config``; paper: 0.9, 0.98, 1e-9) on
+    :class:`TransformerSchedule`. Wrapped in ``keras.optimizers.LossScaleOptimizer`` (dynamic
+    loss scaling) when ``train_config.mixed_precision == "mixed_float16"``.
+
+    ``train_config.clip_norm`` is *not* given to Adam: Keras would clip each replica's local
+    gradient before the all-reduce; :class:`~tf_transformer.training.trainer.TrainingModel`
+    clips the global gradient instead.
+    """
+    schedule = TransformerSchedule(d_model, train_config.warmup_steps, train_config.learning_rate_scale)
+    optimizer = keras.optimizers.Adam(
+        learning_rate=schedule,
+        beta_1=train_config.adam_beta_1,
+        beta_2=train_config.adam_beta_2,
+        epsilon=train_config.adam_epsilon,
+    )
+    if train_config.mixed_precision == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer

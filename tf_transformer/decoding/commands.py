@@ -1,0 +1,153 @@
+"""``tft translate``: translate a file or stdin to stdout with beam search."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from tf_transformer.errors import UserError
+
+RULES = """\
+input rules:
+  - one sentence per line, UTF-8; invalid bytes are replaced with U+FFFD and the
+    lines that had them are reported on stderr (the translation still runs)
+  - an empty or whitespace-only line gives an empty output line
+  - a line longer than the model's limit (model max_length subword tokens) is cut to
+    its first max_length tokens (reported on stderr)
+  - output lines match input lines one to one, in input order
+  - at most (source tokens + --max-extra-len) output tokens, never more than max_length
+"""
+
+
+def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments shared by ``tft translate`` and ``tft evaluate``."""
+    parser.add_argument("--model", required=True, help="the .keras model (from tft train / tft average)")
+    parser.add_argument("--vocab", default=None,
+                        help="the SentencePiece .model used in training (default: data.vocab_model of --config)")
+    parser.add_argument("--config", default=None,
+                        help="config preset or YAML whose decode section gives the defaults below")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="override a config field (repeatable)")
+    parser.add_argument("--beam", type=int, default=None, help="beam size (default 4; 1 = greedy decoding)")
+    parser.add_argument("--alpha", type=float, default=None, help="length penalty exponent (default 0.6)")
+    parser.add_argument("--max-extra-len", type=int, default=None,
+                        help="output may be up to input length + this many tokens (default 50)")
+    parser.add_argument("--batch-size", type=int, default=None, help="sentences per batch (default 64)")
+    parser.add_argument("--xla", action="store_true", help="compile the decoding graph with XLA")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def decode_settings(args):
+    """``(config or None, DecodeConfig)`` from ``--config``/``--set`` and the flags."""
+    from tf_transformer.config import DecodeConfig, load_config
+
+    cfg = None
+    if args.config:
+        cfg = load_config(args.config, overrides=args.overrides)
+        decode = cfg.decode
+    else:
+        if args.overrides:
+            raise UserError("--set needs --config (the overrides apply to a config)")
+        decode = DecodeConfig()
+    for flag, field in (("beam", "beam_size"), ("alpha", "alpha"), ("max_extra_len", "max_extra_length"),
+                        ("batch_size", "batch_size")):
+        value = getattr(args, flag)
+        if value is not None:
+            setattr(decode, field, value)
+    from tf_transformer.config import ConfigError
+
+    try:
+        decode.validate()
+    except ConfigError as e:
+        flag = {"decode.beam_size": "--beam", "decode.alpha": "--alpha", "decode.max_extra_length": "--max-extra-len",
+                "decode.batch_size": "--batch-size"}
+        text = str(e)
+        for k, v in flag.items():
+            text = text.replace(k, v)
+        raise UserError(text) from None
+    return cfg, decode
+
+
+def build_translator(args):
+    """Model, tokenizer and :class:`Translator` from the shared arguments."""
+    from tf_transformer.decoding.translator import Translator, load_model, load_tokenizer
+
+    cfg, decode = decode_settings(args)
+    vocab = args.vocab or (cfg.data.vocab_model if cfg is not None else None)
+    if not vocab:
+        raise UserError("--vocab is required (or a --config whose data.vocab_model names the SentencePiece model)")
+    model = load_model(args.model)
+    tok = load_tokenizer(vocab, model)
+    translator = Translator(model, tok, beam_size=decode.beam_size, alpha=decode.alpha,
+                            max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
+                            jit_compile=args.xla)
+    return cfg, decode, translator
+
+
+def describe(decode) -> str:
+    if decode.beam_size == 1:
+        return f"greedy, max +{decode.max_extra_length} tokens"
+    return f"beam {decode.beam_size}, alpha {decode.alpha:g}, max +{decode.max_extra_length} tokens"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = RULES + "\nexample:\n  echo 'A dog runs.' | tft translate --model runs/m/model.keras --vocab runs/m/spm.model\n"
+    add_decode_arguments(parser)
+    parser.add_argument("--input", default="-", help="input file, one sentence per line (default: stdin)")
+    parser.add_argument("--output", default="-", help="output file (default: stdout)")
+    parser.add_argument("--scores", action="store_true",
+                        help="write 'score<TAB>translation' (score = length-normalised log-probability)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tf_transformer.decoding.translator import ProgressBar, read_lines
+
+    if args.input != "-" and not os.path.isfile(args.input):
+        raise UserError(f"--input {args.input}: no such file")
+    _, decode, translator = build_translator(args)  # fails on bad flags before reading stdin
+    if args.input == "-":
+        data = sys.stdin.buffer.read()
+        where = "<stdin>"
+    else:
+        try:
+            with open(args.input, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise UserError(f"--input {args.input}: cannot read it ({e.strerror})") from None
+        where = args.input
+    lines, bad = read_lines(data, where)
+    if bad:
+        shown = ", ".join(str(n) for n in bad[:5]) + (" ..." if len(bad) > 5 else "")
+        print(f"tft translate: warning: {len(bad)} line(s) of {where} had invalid UTF-8 (line {shown}); "
+              "bad bytes were replaced with U+FFFD", file=sys.stderr)
+
+    bar = ProgressBar(len(lines), "translate", enabled=not args.quiet)
+    start = time.time()
+    outputs, scores, stats = translator.translate(lines, progress=bar.update)
+    bar.close()
+    if stats.truncated:
+        print(f"tft translate: warning: {stats.truncated} line(s) longer than the model limit of "
+              f"{translator.limit} tokens were cut to it", file=sys.stderr)
+
+    text = "".join((f"{s:.4f}\t{o}\n" if args.scores else o + "\n") for o, s in zip(outputs, scores))
+    if args.output == "-":
+        sys.stdout.buffer.write(text.encode("utf-8"))
+        sys.stdout.flush()
+        dest = "stdout"
+    else:
+        try:
+            tmp = args.output + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, args.output)
+        except OSError as e:
+            raise UserError(f"--output {args.output}: cannot write it ({e.strerror})") from None
+        dest = args.output
+    seconds = time.time() - start
+    rate = stats.decoded / seconds if seconds > 0 else 0.0
+    print(f"tft translate: wrote {len(outputs):,} translations to {dest} ({describe(decode)}; "
+          f"{stats.output_tokens:,} output tokens, {seconds:.1f} s, {rate:.1f} sentences/s)", file=sys.stderr)
+    return 0

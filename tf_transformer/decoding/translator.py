@@ -1,0 +1,257 @@
+"""Python-side translation of many sentences: tokenize, sort by length, batch, decode with
+one compiled graph, restore the input order, detokenize.
+
+Rules for awkward input (also in ``tft translate --help``):
+
+* An empty (or whitespace-only) line translates to an empty line; it is not decoded.
+* A source longer than the model's limit (``model.max_length`` subword tokens) is cut to
+  its first ``max_length`` tokens and counted in :attr:`TranslationStats.truncated`.
+* Output may be up to ``source tokens + max_extra_length`` tokens, never more than
+  ``model.max_length`` (see :mod:`tf_transformer.decoding.model_fns`).
+* Invalid UTF-8 is the reader's business: :func:`read_lines` replaces bad bytes with
+  U+FFFD and reports which lines had them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from typing import Callable, List, Optional, Sequence, Tuple
+
+from tf_transformer.errors import UserError
+
+__all__ = ["Translator", "TranslationStats", "ProgressBar", "read_lines", "load_model", "load_tokenizer"]
+
+
+@dataclasses.dataclass
+class TranslationStats:
+    sentences: int = 0
+    decoded: int = 0  # non-empty sentences that went through the model
+    source_tokens: int = 0
+    output_tokens: int = 0
+    truncated: int = 0
+    seconds: float = 0.0
+    batches: int = 0
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr for long jobs (``done/total``, rate, ETA).
+
+    On a terminal it redraws in place; otherwise (a log file) it prints a line about
+    every 10 %. Silent when ``total`` is below ``min_total`` or ``enabled`` is False.
+    """
+
+    def __init__(self, total: int, label: str, unit: str = "sentences", min_total: int = 200,
+                 enabled: bool = True, stream=None):
+        self.total = int(total)
+        self.label = label
+        self.unit = unit
+        self.stream = stream or sys.stderr
+        self.enabled = enabled and self.total >= min_total
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.start = time.time()
+        self.done = 0
+        self._last_draw = 0.0
+        self._last_decile = -1
+
+    def update(self, n: int) -> None:
+        self.done += int(n)
+        if not self.enabled:
+            return
+        now = time.time()
+        if self.tty:
+            if now - self._last_draw >= 0.2 or self.done >= self.total:
+                self._last_draw = now
+                self.stream.write("\r" + self._text(now))
+                self.stream.flush()
+        else:
+            decile = int(10 * self.done / max(self.total, 1))
+            if decile != self._last_decile:
+                self._last_decile = decile
+                self.stream.write(self._text(now) + "\n")
+                self.stream.flush()
+
+    def _text(self, now: float) -> str:
+        frac = self.done / max(self.total, 1)
+        width = 24
+        filled = int(round(width * frac))
+        elapsed = max(now - self.start, 1e-9)
+        rate = self.done / elapsed
+        eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+        eta_text = f"{eta:4.0f}s left" if eta != float("inf") else "  ?s left"
+        return (f"{self.label}: [{'#' * filled}{'.' * (width - filled)}] {self.done:,}/{self.total:,} "
+                f"{self.unit} ({100 * frac:3.0f}%) {rate:6.1f}/s {eta_text}")
+
+    def close(self) -> None:
+        if self.enabled and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def read_lines(data: bytes, where: str = "<stdin>") -> Tuple[List[str], List[int]]:
+    """Split raw input into lines (``\\n``, with ``\\r\\n`` accepted) and decode each as
+    UTF-8, replacing invalid bytes with U+FFFD. Returns ``(lines, bad_line_numbers)``
+    (1-based numbers of the lines that had invalid bytes)."""
+    if not data:
+        return [], []
+    raw = data.split(b"\n")
+    if raw and raw[-1] == b"":
+        raw.pop()
+    lines, bad = [], []
+    for i, line in enumerate(raw, start=1):
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            lines.append(line.decode("utf-8", errors="replace"))
+            bad.append(i)
+    return lines, bad
+
+
+def load_model(path: str):
+    """Load a ``.keras`` Transformer (no optimizer) with a clear error for bad paths."""
+    if not os.path.exists(path):
+        raise UserError(f"--model {path}: no such file (expected a .keras model written by tft train/average)")
+    import keras
+
+    import tf_transformer.model  # noqa: F401  (registers the classes)
+
+    try:
+        model = keras.saving.load_model(path, compile=False)
+    except Exception as e:  # keras raises ValueError/OSError/zipfile errors
+        raise UserError(f"--model {path}: cannot load it as a Keras model ({type(e).__name__}: {e})") from None
+    for attr in ("encode", "decode_step", "init_cache", "vocab_size"):
+        if not hasattr(model, attr):
+            raise UserError(f"--model {path}: {type(model).__name__} is not a tf_transformer Transformer")
+    return model
+
+
+def load_tokenizer(path: str, model=None):
+    """Load the SentencePiece vocabulary and check that it matches the model."""
+    from tf_transformer.data.tokenizer import Tokenizer
+
+    if not os.path.exists(path):
+        raise UserError(f"--vocab {path}: no such file (expected the SentencePiece .model used in training)")
+    tok = Tokenizer(path)
+    if model is not None and int(tok.vocab_size) != int(model.vocab_size):
+        raise UserError(
+            f"--vocab {path} has {tok.vocab_size} pieces but the model's vocab_size is {model.vocab_size}; "
+            "pass the vocabulary the model was trained with"
+        )
+    return tok
+
+
+class Translator:
+    """Translate lists of sentences with one model and one decoding setting.
+
+    Args:
+      model: a Transformer.
+      tokenizer: a :class:`tf_transformer.data.Tokenizer` (``encode``/``decode``).
+      beam_size, alpha, max_extra_length: decoding settings (``beam_size=1``: greedy).
+      batch_size: sentences per decoding batch (sorted by length first).
+      jit_compile: compile the decoding graph with XLA (one compilation per batch shape).
+      cached: use the key/value cache (``False`` only for comparisons).
+
+    Example::
+
+        tr = Translator(model, tok, beam_size=4, alpha=0.6)
+        tr.translate(["A dog runs.", ""])    # ["Ein Hund rennt.", ""]
+    """
+
+    def __init__(self, model, tokenizer, beam_size: int = 4, alpha: float = 0.6, max_extra_length: int = 50,
+                 batch_size: int = 64, jit_compile: bool = False, cached: bool = True):
+        import tensorflow as tf
+
+        from tf_transformer.decoding.model_fns import model_limit, translate_batch
+
+        if beam_size < 1:
+            raise UserError(f"--beam {beam_size}: must be >= 1")
+        if alpha < 0:
+            raise UserError(f"--alpha {alpha}: must be >= 0")
+        if max_extra_length < 0:
+            raise UserError(f"--max-extra-len {max_extra_length}: must be >= 0")
+        if batch_size < 1:
+            raise UserError(f"--batch-size {batch_size}: must be >= 1")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.beam_size = int(beam_size)
+        self.alpha = float(alpha)
+        self.max_extra_length = int(max_extra_length)
+        self.batch_size = int(batch_size)
+        self.limit = model_limit(model)
+        eos = int(getattr(tokenizer, "eos_id", 3))
+        bos = int(getattr(tokenizer, "bos_id", 2))
+
+        def decode(source_ids):
+            return translate_batch(model, source_ids, beam_size=self.beam_size, alpha=self.alpha,
+                                   max_extra_length=self.max_extra_length, bos_id=bos, eos_id=eos, cached=cached)
+
+        if jit_compile:
+            # XLA needs static shapes: trace per batch shape (lengths are bucketed below).
+            self._decode = tf.function(decode, jit_compile=True)
+        else:
+            self._decode = tf.function(decode, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+        self._bucket = 8 if jit_compile else 1
+
+    def translate_ids(self, sources: Sequence[Sequence[int]], progress: Optional[Callable[[int], None]] = None
+                      ) -> Tuple[List[List[int]], List[float], TranslationStats]:
+        """Decode subword-id sources (no BOS/EOS). Returns ``(outputs, scores, stats)`` in
+        input order; outputs have no BOS/EOS/pad. Empty sources give ``[]`` (score 0)."""
+        import numpy as np
+
+        stats = TranslationStats(sentences=len(sources))
+        start = time.time()
+        clipped = []
+        for ids in sources:
+            if len(ids) > self.limit:
+                stats.truncated += 1
+                ids = ids[: self.limit]
+            clipped.append(list(ids))
+        outputs: List[List[int]] = [[] for _ in clipped]
+        scores: List[float] = [0.0] * len(clipped)
+        todo = [i for i, ids in enumerate(clipped) if ids]
+        skipped = len(clipped) - len(todo)
+        if progress and skipped:
+            progress(skipped)
+        # Longest first: a batch that does not fit in memory fails at once, not at the end.
+        todo.sort(key=lambda i: -len(clipped[i]))
+        for b in range(0, len(todo), self.batch_size):
+            idx = todo[b: b + self.batch_size]
+            width = max(len(clipped[i]) for i in idx)
+            width = min(-(-width // self._bucket) * self._bucket, self.limit)
+            batch = np.zeros((len(idx), width), np.int32)
+            for row, i in enumerate(idx):
+                batch[row, : len(clipped[i])] = clipped[i]
+            ids, sc = self._decode(batch)
+            ids, sc = ids.numpy(), sc.numpy()
+            for row, i in enumerate(idx):
+                out = [int(t) for t in ids[row] if t != 0]
+                outputs[i] = out
+                scores[i] = float(sc[row])
+                stats.output_tokens += len(out)
+                stats.source_tokens += len(clipped[i])
+            stats.batches += 1
+            stats.decoded += len(idx)
+            if progress:
+                progress(len(idx))
+        stats.seconds = time.time() - start
+        return outputs, scores, stats
+
+    def translate(self, texts: Sequence[str], progress: Optional[Callable[[int], None]] = None
+                  ) -> Tuple[List[str], List[float], TranslationStats]:
+        """Translate detokenized sentences; returns ``(translations, scores, stats)``."""
+        texts = list(texts)
+        nonempty = [i for i, t in enumerate(texts) if t.strip()]
+        encoded = self.tokenizer.encode([texts[i] for i in nonempty]) if nonempty else []
+        sources: List[List[int]] = [[] for _ in texts]
+        for i, ids in zip(nonempty, encoded):
+            sources[i] = ids
+        outputs, scores, stats = self.translate_ids(sources, progress=progress)
+        decoded = self.tokenizer.decode(outputs) if outputs else []
+        result = []
+        for i, text in enumerate(decoded):
+            result.append(text.replace("\r", " ").replace("\n", " ") if sources[i] else "")
+        return result, scores, stats

@@ -24,7 +24,8 @@ Checks before any training step (bad input fails early and names what is wrong):
   both files and both counts.
 * Invalid UTF-8: with ``data.invalid_utf8: error`` (the default) the scan stops at the
   first bad line and names file and line; with ``replace`` each bad byte becomes U+FFFD
-  (which the tokenizer maps to ``<unk>``) and the number of affected lines is reported.
+  (which SentencePiece's NFKC normalization then drops) and the number of affected
+  lines is reported in the reading summary.
   TFDS examples are checked by the statistics pass (``batching.dataset_statistics``).
 * Empty pairs (either side without tokens) and over-long pairs are dropped in the
   graph and counted by the statistics pass; see ``batching``.

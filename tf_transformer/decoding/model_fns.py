@@ -42,17 +42,6 @@ def truncate_source(ids: Sequence[int], limit: int) -> list:
     return list(ids[:limit])
 
 
-def _init_cache(model, memory, source_mask, max_length):
-    if isinstance(max_length, int):
-        return model.init_cache(memory, source_mask, max_length)
-    # Transformer.init_cache converts max_length with int() (static lengths only); a
-    # graph with dynamic input shapes (the exported signatures) needs a tensor length,
-    # which the decoder stack's own init_cache accepts.
-    cache = model.decoder.init_cache(memory, max_length)
-    cache["source_mask"] = source_mask
-    return cache
-
-
 def cached_decoder(model, source_ids, max_decode_length):
     """``(symbols_to_logits_fn, initial_cache)`` using the model's key/value cache.
 
@@ -61,7 +50,7 @@ def cached_decoder(model, source_ids, max_decode_length):
     positions, all batch-major (beam search tiles and reorders them).
     """
     memory, source_mask = model.encode(source_ids, training=False)
-    cache = _init_cache(model, memory, source_mask, max_decode_length)
+    cache = model.init_cache(memory, source_mask, max_decode_length)  # int or int32 tensor
 
     def symbols_to_logits_fn(ids, step, cache):
         return model.decode_step(ids[:, step], step, cache)

@@ -1,0 +1,142 @@
+"""Translation metrics, each labelled with exactly what it measures.
+
+* **sacreBLEU**: detokenized, cased, sacreBLEU's 13a tokenization, with its signature
+  (``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:...``). The number to report.
+* **chrF2**: sacreBLEU's character n-gram F-score (``nc:6|nw:0``), with its signature.
+* **BLEU lowercased (13a)**: the same text lowercased; comparable with Multi30k papers
+  that report lowercased, tokenized BLEU (SPEC section 7).
+* **BLEU tokenized + compound split**: the paper's style (tensor2tensor's
+  ``get_ende_bleu.sh``): tokenize both sides, then split hyphenated compounds
+  (``rich-text`` -> ``rich ##AT##-##AT## text``), then plain cased BLEU over the
+  whitespace tokens (what ``multi-bleu.perl`` computes). Tokenization here is
+  mteval-v13a (sacreBLEU's ``13a``) rather than the Moses tokenizer script, which is not
+  available offline; both keep intra-word hyphens, so the compound split sees the same
+  words. Our split rule is applied to every hyphen between two non-space characters,
+  including chains (``a-b-c`` -> ``a ##AT##-##AT## b ##AT##-##AT## c``).
+
+All scores are corpus-level, one reference per sentence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Dict, List, Sequence
+
+from tf_transformer.errors import UserError
+
+__all__ = [
+    "Score",
+    "compound_split",
+    "tokenize_13a",
+    "sacre_bleu",
+    "chrf",
+    "lowercase_bleu",
+    "compound_split_bleu",
+    "evaluate_translations",
+    "format_scores",
+]
+
+_HYPHEN_IN_WORD = re.compile(r"(?<=\S)-(?=\S)")
+
+
+@dataclasses.dataclass
+class Score:
+    """One metric: ``name``, ``score`` (0-100), a detail string (n-gram precisions, brevity
+    penalty) and a ``signature`` saying how it was computed."""
+
+    name: str
+    score: float
+    detail: str
+    signature: str
+
+    def line(self, width: int = 28) -> str:
+        return f"{self.name:<{width}} {self.score:6.2f}  {self.detail}  [{self.signature}]"
+
+
+def compound_split(text: str) -> str:
+    """Split hyphenated compounds the way t2t's BLEU script does: ``(\\S)-(\\S)`` becomes
+    ``\\1 ##AT##-##AT## \\2``. Every in-word hyphen is split (chains included)."""
+    return _HYPHEN_IN_WORD.sub(" ##AT##-##AT## ", text)
+
+
+def tokenize_13a(text: str) -> str:
+    """mteval-v13a tokenization (sacreBLEU's default)."""
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    return Tokenizer13a()(text)
+
+
+def _check(hypotheses: Sequence[str], references: Sequence[str]) -> None:
+    if len(hypotheses) != len(references):
+        raise UserError(
+            f"{len(hypotheses)} hypotheses but {len(references)} references: the files must have one line per sentence"
+        )
+    if not hypotheses:
+        raise UserError("no sentences to score (the hypothesis and reference lists are empty)")
+
+
+def _bleu_detail(result) -> str:
+    precisions = "/".join(f"{p:.1f}" for p in result.precisions)
+    return f"{precisions} (BP={result.bp:.3f} ratio={result.sys_len / max(result.ref_len, 1):.3f} " \
+           f"hyp_len={result.sys_len} ref_len={result.ref_len})"
+
+
+def sacre_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> Score:
+    """Detokenized, cased sacreBLEU with its signature."""
+    from sacrebleu.metrics import BLEU
+
+    _check(hypotheses, references)
+    metric = BLEU()
+    result = metric.corpus_score(list(hypotheses), [list(references)])
+    return Score("sacreBLEU (detok, cased)", result.score, _bleu_detail(result), str(metric.get_signature()))
+
+
+def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> Score:
+    """sacreBLEU's chrF2 with its signature."""
+    from sacrebleu.metrics import CHRF
+
+    _check(hypotheses, references)
+    metric = CHRF()
+    result = metric.corpus_score(list(hypotheses), [list(references)])
+    return Score("chrF2", result.score, "", str(metric.get_signature()))
+
+
+def lowercase_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> Score:
+    """BLEU on lowercased text with 13a tokenization."""
+    from sacrebleu.metrics import BLEU
+
+    _check(hypotheses, references)
+    metric = BLEU(lowercase=True, tokenize="13a")
+    result = metric.corpus_score(list(hypotheses), [list(references)])
+    return Score("BLEU lowercased (13a)", result.score, _bleu_detail(result), str(metric.get_signature()))
+
+
+def compound_split_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> Score:
+    """The paper's tokenized BLEU: 13a tokenization, compound splitting, cased BLEU over
+    whitespace tokens."""
+    from sacrebleu.metrics import BLEU
+
+    _check(hypotheses, references)
+    hyp = [compound_split(tokenize_13a(h)) for h in hypotheses]
+    ref = [compound_split(tokenize_13a(r)) for r in references]
+    metric = BLEU(tokenize="none")
+    result = metric.corpus_score(hyp, [ref])
+    return Score("BLEU tok+compound (paper)", result.score, _bleu_detail(result),
+                 "tok:13a+compound-split(##AT##-##AT##)|case:mixed|" + str(metric.get_signature()))
+
+
+def evaluate_translations(hypotheses: Sequence[str], references: Sequence[str]) -> Dict[str, Score]:
+    """All four metrics, keyed ``sacrebleu``, ``chrf``, ``bleu_lc``, ``bleu_paper``."""
+    return {
+        "sacrebleu": sacre_bleu(hypotheses, references),
+        "chrf": chrf(hypotheses, references),
+        "bleu_lc": lowercase_bleu(hypotheses, references),
+        "bleu_paper": compound_split_bleu(hypotheses, references),
+    }
+
+
+def format_scores(scores: Dict[str, Score]) -> List[str]:
+    """One labelled line per metric."""
+    width = max(len(s.name) for s in scores.values())
+    return [s.line(width) for s in scores.values()]

@@ -1,0 +1,128 @@
+"""``tft evaluate``: translate a test set and score it with every metric, each labelled."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from tf_transformer.errors import UserError
+
+METRICS_HELP = """\
+metrics (see tf_transformer/evaluation/bleu.py):
+  sacreBLEU (detok, cased)   the honest number, with sacreBLEU's signature
+  chrF2                      character n-gram F-score, with its signature
+  BLEU lowercased (13a)      lowercased tokenized BLEU (compare with Multi30k papers)
+  BLEU tok+compound (paper)  tokenized, ##AT##-##AT## compound splitting, cased (the paper's style)
+"""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from tf_transformer.decoding.commands import RULES, add_decode_arguments
+
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = METRICS_HELP + "\n" + RULES + (
+        "\nexample:\n  tft evaluate --model runs/m/model.keras --vocab runs/m/spm.model --split test\n")
+    add_decode_arguments(parser)
+    parser.add_argument("--split", choices=("test", "valid"), default=None,
+                        help="score this split of the config's data (default: test)")
+    parser.add_argument("--source", default=None, help="source file, one sentence per line (with --reference)")
+    parser.add_argument("--reference", default=None, help="reference translations, line by line (with --source)")
+    parser.add_argument("--output", default=None, help="also write the hypotheses to this file")
+    parser.add_argument("--json", default=None, help="also write the scores as JSON to this file")
+
+
+def _read(path: str, flag: str):
+    from tf_transformer.decoding.translator import read_lines
+
+    try:
+        with open(path, "rb") as f:
+            lines, bad = read_lines(f.read(), path)
+    except FileNotFoundError:
+        raise UserError(f"{flag} {path}: no such file") from None
+    except OSError as e:
+        raise UserError(f"{flag} {path}: cannot read it ({e.strerror})") from None
+    if bad:
+        print(f"tft evaluate: warning: {len(bad)} line(s) of {path} had invalid UTF-8 (first: line {bad[0]}); "
+              "bad bytes were replaced with U+FFFD", file=sys.stderr)
+    return lines
+
+
+def load_pairs(args, cfg):
+    """``(sources, references, description)`` from ``--source/--reference`` or ``--split``."""
+    if (args.source is None) != (args.reference is None):
+        raise UserError("--source and --reference go together (or use --split)")
+    if args.source is not None:
+        if args.split is not None:
+            raise UserError("use either --split or --source/--reference, not both")
+        sources = _read(args.source, "--source")
+        refs = _read(args.reference, "--reference")
+        if len(sources) != len(refs):
+            raise UserError(f"--source {args.source} has {len(sources)} lines but --reference {args.reference} "
+                            f"has {len(refs)}; they must be parallel")
+        return sources, [r.strip() for r in refs], f"{args.source} -> {args.reference}"
+    from tf_transformer.config import Config
+    from tf_transformer.data import read_parallel_text
+    from tf_transformer.data.sources import describe
+
+    split = args.split or "test"
+    cfg = cfg or Config()
+    sources, refs = read_parallel_text(cfg.data, split)
+    return sources, refs, describe(cfg.data, split)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tf_transformer.decoding.commands import build_translator, decode_settings, describe
+    from tf_transformer.decoding.translator import ProgressBar
+    from tf_transformer.evaluation.bleu import evaluate_translations, format_scores
+
+    cfg, _ = decode_settings(args)
+    sources, refs, what = load_pairs(args, cfg)  # before the model: data errors come fast
+    if not sources:
+        raise UserError(f"{what}: no sentences to evaluate")
+    cfg, decode, translator = build_translator(args)
+    bar = ProgressBar(len(sources), "evaluate", enabled=not args.quiet)
+    start = time.time()
+    hyps, _, stats = translator.translate(sources, progress=bar.update)
+    bar.close()
+    seconds = time.time() - start
+    if stats.truncated:
+        print(f"tft evaluate: warning: {stats.truncated} source(s) longer than the model limit of "
+              f"{translator.limit} tokens were cut to it", file=sys.stderr)
+    scores = evaluate_translations(hyps, refs)
+    print(f"# {what}: {len(sources):,} sentences, {describe(decode)}")
+    for line in format_scores(scores):
+        print(line)
+    wrote = []
+    if args.output:
+        _write(args.output, "".join(h + "\n" for h in hyps), "--output")
+        wrote.append(f"hypotheses to {args.output}")
+    if args.json:
+        payload = {
+            "data": what,
+            "sentences": len(sources),
+            "decode": {"beam_size": decode.beam_size, "alpha": decode.alpha,
+                       "max_extra_length": decode.max_extra_length},
+            "model": args.model,
+            "seconds": round(seconds, 2),
+            "scores": {k: {"name": s.name, "score": round(s.score, 4), "signature": s.signature}
+                       for k, s in scores.items()},
+        }
+        _write(args.json, json.dumps(payload, indent=2) + "\n", "--json")
+        wrote.append(f"scores to {args.json}")
+    where = "; wrote " + " and ".join(wrote) if wrote else ""
+    print(f"tft evaluate: sacreBLEU {scores['sacrebleu'].score:.2f} on {len(sources):,} sentences of {what} "
+          f"({describe(decode)}, {seconds:.1f} s){where}", file=sys.stderr)
+    return 0
+
+
+def _write(path: str, text: str, flag: str) -> None:
+    try:
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise UserError(f"{flag} {path}: cannot write it ({e.strerror})") from None

@@ -1,5 +1,6 @@
 """Token-budget batches, target shift, sources and their checks (text files, Multi30k)."""
 
+import dataclasses
 import gzip
 from collections import Counter
 
@@ -132,6 +133,11 @@ def test_same_seed_same_batches(corpus, tok):
     assert any(x[0][0].shape != z[0][0].shape or (x[0][0] != z[0][0]).any() for x, z in zip(a, c))
     # training repeats: more than one epoch of pairs comes out
     assert sum(x[0][0].shape[0] for x in a) > N
+    # caching the tokenized pairs changes nothing but the speed
+    cached = batches(make_dataset(dataclasses.replace(cfg, cache=True), "train", tok, seed=5, verbose=False), 30)
+    for x, y in zip(a, cached):
+        np.testing.assert_array_equal(x[0][0], y[0][0])
+        np.testing.assert_array_equal(x[1], y[1])
 
 
 def test_gz_and_txt_read_the_same(corpus):

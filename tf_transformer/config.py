@@ -151,6 +151,7 @@ class DataConfig:
     seed: int = 1234
     invalid_utf8: str = "error"  # or "replace" (loud: counted and reported)
     stats_pass: bool = True  # one in-graph pass before training counts dropped pairs by reason
+    cache: bool = False  # keep the tokenized split in memory after the first epoch (small corpora)
 
     def validate(self) -> None:
         p = "data."

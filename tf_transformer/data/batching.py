@@ -11,23 +11,26 @@ Steps, all graph ops (no per-example Python):
 
 1. raw string pairs (``sources.pair_dataset``), sharded per input pipeline when an
    ``input_context`` is given (multi-worker training);
-2. training only: shuffle with ``seed`` (``data.shuffle_buffer`` pairs; a new order every
-   epoch, the same sequence of orders for the same seed) and repeat forever (a Keras
-   "epoch" is ``train.steps_per_epoch`` updates);
-3. tokenize 512 pairs at a time with ``tensorflow_text.SentencepieceTokenizer`` (invalid
+2. tokenize 512 pairs at a time with ``tensorflow_text.SentencepieceTokenizer`` (invalid
    UTF-8 replaced first when ``data.invalid_utf8: replace``);
-4. drop empty pairs (either side without tokens) and over-long pairs (source longer than
+3. drop empty pairs (either side without tokens) and over-long pairs (source longer than
    ``data.max_length`` tokens or target longer than ``max_length - 1``, so that
    ``BOS + y`` and ``y + EOS`` fit in ``max_length``);
-5. group into buckets by (source length, target length): both sides of a batch have
+4. ``data.cache: true``: keep the tokenized pairs in memory after the first pass (small
+   corpora such as Multi30k; later epochs skip steps 1-3);
+5. training only: shuffle with ``seed`` (``data.shuffle_buffer`` pairs; a new order every
+   epoch, the same sequence of orders for the same seed) and repeat forever (a Keras
+   "epoch" is ``train.steps_per_epoch`` updates);
+6. group into buckets by (source length, target length): both sides of a batch have
    similar lengths. Bucket upper bounds are 2, 4, ..., 64 tokens, then 10% wider each up
    to ``max_length`` (``data.bucket_width: k`` gives k, 2k, 3k, ... instead). A bucket
    whose longest source or target may have ``L`` tokens emits batches of
    ``budget // L`` rows, so each side of a batch has at most ``budget`` slots, padding
    included; short sentences give the most rows. Two-dimensional buckets keep the
    padding low on *both* sides (one-dimensional buckets by ``max(src, tgt)`` waste
-   about 12% of the source slots on Multi30k);
-6. pad with 0 to the longest row of the batch, split the target into input and label,
+   about 12% of the source slots on Multi30k). Their cost: pairs wait in partly filled
+   buckets, delayed but not lost (bench/input_pipeline.py measures how many);
+7. pad with 0 to the longest row of the batch, split the target into input and label,
    prefetch.
 
 ``budget`` is ``data.tokens_per_batch`` (the paper: 25,000 over all replicas) divided by
@@ -345,11 +348,6 @@ def make_dataset(
         print(stats.summary(), file=sys.stderr, flush=True)
 
     pairs = _shard(pairs, input_context)
-    if training:
-        pairs = pairs.shuffle(cfg.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        pairs = pairs.repeat()
-
     tokenize = _tokenize_pairs(tokenizer, replace_invalid=cfg.invalid_utf8 == "replace")
     bounds_t = tf.constant(bounds, tf.int64)
     rows_t = tf.constant(rows, tf.int64)
@@ -374,6 +372,12 @@ def make_dataset(
     ds = pairs.batch(_TOKENIZE_BATCH)
     ds = ds.map(tokenize_and_filter, num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.unbatch()
+    if cfg.cache:
+        ds = ds.cache()  # tokenized pairs, kept in memory after the first pass
+    if training:
+        ds = ds.shuffle(cfg.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        ds = ds.repeat()
 
     def window_size(key):
         return tf.gather(tf.reshape(rows_t, [-1]), key)

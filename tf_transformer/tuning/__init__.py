@@ -1,1 +1,62 @@
+"""Hyper-parameter search with Keras Tuner (``tft tune``) and the paper's Table 3 at small
+scale (``tft ablate``).
 
+::
+
+    import keras_tuner as kt
+    from tf_transformer.config import load_config
+    from tf_transformer.tuning import TransformerHyperModel, SearchSpace, run_search
+
+    # the hypermodel in any Keras Tuner tuner
+    hm = TransformerHyperModel(load_config("multi30k_small"), SearchSpace(num_heads=(1, 4, 8)))
+    tuner = kt.RandomSearch(hm, objective="val_loss", max_trials=4, directory="runs/tune")
+    tuner.search(epochs=2, steps_per_epoch=100)
+
+    # or the whole search with its results table, as tft tune runs it
+    result = run_search(load_config("multi30k_small"), "runs/tune", algorithm="hyperband",
+                        steps_per_trial=600, steps_per_epoch=100)
+
+Modules: ``hypermodel`` (:class:`TransformerHyperModel`, :class:`SearchSpace`), ``search``
+(:func:`run_search`, :func:`make_tuner`, the results table), ``commands`` (``tft tune``),
+``rows`` (Table 3 rows scaled to a small config), ``ablation`` (``tft ablate``),
+``scoring`` (perplexity and BLEU). Names are imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "TransformerHyperModel": "hypermodel",
+    "SearchSpace": "hypermodel",
+    "OBJECTIVES": "hypermodel",
+    "objective_for": "hypermodel",
+    "run_search": "search",
+    "make_tuner": "search",
+    "write_results": "search",
+    "trial_rows": "search",
+    "SearchResult": "search",
+    "ROWS": "rows",
+    "TABLE3_ROWS": "rows",
+    "row_config": "rows",
+    "scaled_change": "rows",
+    "run_ablation": "ablation",
+    "AblationResult": "ablation",
+    "split_perplexity": "scoring",
+    "corpus_bleu": "scoring",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
+        value = getattr(module, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_EXPORTS))

@@ -1,0 +1,111 @@
+"""``tft tune``: Keras Tuner search over heads, depth, d_ff and dropout.
+
+::
+
+    tft tune --config multi30k_small --output runs/tune --algorithm random --max-trials 8 \\
+        --steps-per-trial 600 --heads 1,2,4,8 --layers 2,3,4 --d-ff 512,1024 --dropout 0,0.1,0.3
+    tft tune --config multi30k_small --output runs/tune-hb --algorithm hyperband \\
+        --steps-per-trial 900 --steps-per-epoch 100 --objective val_bleu --bleu-sentences 300
+
+Each trial trains the config's model with the searched values (``d_k = d_v = d_model / h``)
+for ``--steps-per-trial`` updates (and at most ``--minutes-per-trial``), then validates. The
+objective is the label-smoothed validation loss by default; ``val_bleu`` translates the
+first ``--bleu-sentences`` validation sentences greedily and scores them with sacreBLEU.
+Writes ``OUTPUT/results.md`` and ``OUTPUT/results.csv`` (one row per trial) and
+``OUTPUT/best_config.yaml``; rerunning the same command resumes the search.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from tf_transformer.errors import UserError
+
+
+def _int_list(text: str, flag: str) -> tuple:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise UserError(f"{flag} {text!r}: expected comma-separated integers, e.g. 1,2,4,8") from None
+    if not values:
+        raise UserError(f"{flag} is empty")
+    return values
+
+
+def _float_list(text: str, flag: str) -> tuple:
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise UserError(f"{flag} {text!r}: expected comma-separated numbers, e.g. 0,0.1,0.3") from None
+    if not values:
+        raise UserError(f"{flag} is empty")
+    return values
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = __doc__.split("\n\n", 1)[1]
+    parser.add_argument("--config", "-c", default="multi30k_small",
+                        help="preset name or YAML file (default multi30k_small)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="override a config field, e.g. data.tokens_per_batch=2048 (repeatable)")
+    parser.add_argument("--output", "-o", required=True, help="output directory (tuner project, tables, best config)")
+    parser.add_argument("--algorithm", choices=("random", "hyperband"), default="random")
+    parser.add_argument("--max-trials", type=int, default=10, help="trials of the random search (default 10)")
+    parser.add_argument("--steps-per-trial", type=int, default=None,
+                        help="update budget per trial; Hyperband's largest budget (default train.train_steps)")
+    parser.add_argument("--steps-per-epoch", type=int, default=None,
+                        help="updates between validations; Hyperband's budget unit (default train.steps_per_epoch)")
+    parser.add_argument("--minutes-per-trial", type=float, default=None, help="wall-clock budget per trial")
+    parser.add_argument("--objective", choices=("val_loss", "val_perplexity", "val_accuracy", "val_bleu"),
+                        default="val_loss", help="default val_loss (label-smoothed, per token)")
+    parser.add_argument("--bleu", action="store_true", help="report val_bleu even when it is not the objective")
+    parser.add_argument("--bleu-sentences", type=int, default=300, help="validation sentences translated for BLEU")
+    parser.add_argument("--heads", help="num_heads values, e.g. 1,2,4,8 (d_k = d_v = d_model / h)")
+    parser.add_argument("--layers", help="num_layers values, e.g. 2,3,4")
+    parser.add_argument("--d-ff", help="d_ff values, e.g. 512,1024")
+    parser.add_argument("--dropout", help="dropout values, e.g. 0,0.1,0.3")
+    parser.add_argument("--hyperband-factor", type=int, default=3)
+    parser.add_argument("--strategy", choices=("auto", "default", "mirrored"), default=None,
+                        help="distribution strategy (default train.strategy)")
+    parser.add_argument("--seed", type=int, default=None, help="tuner seed (default train.seed)")
+    parser.add_argument("--overwrite", action="store_true", help="start the search afresh instead of resuming")
+    parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=2, help="model.fit verbosity (default 2)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tf_transformer.config import ConfigError, load_config
+    from tf_transformer.tuning.hypermodel import SearchSpace
+    from tf_transformer.tuning.search import run_search
+
+    cfg = load_config(args.config, args.overrides)
+    for flag, value in (("--max-trials", args.max_trials), ("--steps-per-trial", args.steps_per_trial),
+                        ("--steps-per-epoch", args.steps_per_epoch), ("--bleu-sentences", args.bleu_sentences),
+                        ("--hyperband-factor", args.hyperband_factor)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} {value}: must be >= 1")
+    if args.hyperband_factor < 2:
+        raise UserError(f"--hyperband-factor {args.hyperband_factor}: must be >= 2")
+    if args.minutes_per_trial is not None and args.minutes_per_trial <= 0:
+        raise UserError(f"--minutes-per-trial {args.minutes_per_trial}: must be > 0")
+    space = SearchSpace.around(cfg.model)
+    if args.heads:
+        space.num_heads = _int_list(args.heads, "--heads")
+    if args.layers:
+        space.num_layers = _int_list(args.layers, "--layers")
+    if args.d_ff:
+        space.d_ff = _int_list(args.d_ff, "--d-ff")
+    if args.dropout:
+        space.dropout = _float_list(args.dropout, "--dropout")
+    try:
+        space.validate(cfg.model.d_model)
+    except ConfigError as e:
+        raise UserError(f"{e} (from --heads/--layers/--d-ff/--dropout)") from None
+    result = run_search(cfg, args.output, algorithm=args.algorithm, max_trials=args.max_trials,
+                        steps_per_trial=args.steps_per_trial, steps_per_epoch=args.steps_per_epoch,
+                        minutes_per_trial=args.minutes_per_trial, objective=args.objective, search_space=space,
+                        strategy=args.strategy, bleu=args.bleu, bleu_sentences=args.bleu_sentences,
+                        hyperband_factor=args.hyperband_factor, seed=args.seed, overwrite=args.overwrite,
+                        verbose=args.verbose)
+    print(f"tft tune: {result.summary()}")
+    return 0

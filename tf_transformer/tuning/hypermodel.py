@@ -1,0 +1,326 @@
+"""A Keras Tuner ``HyperModel`` over the Transformer's heads, depth, FFN size and dropout.
+
+The hypermodel is an ordinary ``keras_tuner.HyperModel``: hand it to any tuner::
+
+    import keras_tuner as kt
+    from tf_transformer.config import load_config
+    from tf_transformer.tuning import TransformerHyperModel, SearchSpace
+
+    cfg = load_config("multi30k_small")
+    hypermodel = TransformerHyperModel(cfg, SearchSpace(num_heads=(2, 4, 8), num_layers=(2, 3)),
+                                       vocab_dir="runs/tune")
+    tuner = kt.RandomSearch(hypermodel, objective=kt.Objective("val_loss", "min"), max_trials=6,
+                            directory="runs/tune", project_name="random")
+    tuner.search(epochs=3, steps_per_epoch=100)   # data come from cfg.data when not given
+
+What a trial is:
+
+* ``build(hp)`` chooses ``num_heads`` (with ``d_k = d_v = d_model / h``), ``num_layers``,
+  ``d_ff`` and ``dropout`` (``hp.Choice`` over the :class:`SearchSpace`), builds the
+  Transformer of the config with those values and returns it wrapped in the training
+  module's :class:`~tf_transformer.training.trainer.TrainingModel` (the paper's
+  token-weighted label-smoothed loss, logs ``loss``/``perplexity``/``accuracy``), compiled
+  with the paper's Adam and learning-rate schedule (``make_optimizer``). Everything else
+  (d_model, label smoothing, warmup, batch size) comes from the config.
+* ``fit(hp, model, ...)`` trains it with ``model.fit``. Without data arguments it reads the
+  config's data section (``make_dataset``: token-budget batches of the ``train`` split,
+  the whole ``valid`` split for validation), split over the replicas of the strategy the
+  model was built under (``distribution_strategy=`` of the tuner). Budget per trial:
+  ``epochs * steps_per_epoch`` updates, and optionally ``max_minutes`` of wall-clock time
+  (training stops at the first update past it, then validates).
+* It returns the epoch with the best objective (last epoch for BLEU) as a dict:
+  ``val_loss`` (label-smoothed validation loss per token: the default objective),
+  ``val_perplexity`` (unsmoothed), ``val_accuracy``, ``loss``, and besides ``params``,
+  ``train_minutes`` and ``steps``; with ``bleu=True`` (or ``objective="val_bleu"``) also
+  ``val_bleu``: sacreBLEU of greedy translations of the first ``bleu_sentences``
+  validation sentences after training (use ``kt.Objective("val_bleu", "max")``).
+
+Hyperband continues a trial from the best checkpoint of an earlier one: the weights are
+restored by Keras Tuner and the learning-rate schedule continues at the update where that
+trial stopped (``initial_epoch * steps_per_epoch``); Adam's moments start afresh.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import keras
+import keras_tuner as kt
+
+from tf_transformer.config import Config, ConfigError
+
+#: Objectives the hypermodel reports, with their direction.
+OBJECTIVES = {"val_loss": "min", "val_perplexity": "min", "val_accuracy": "max", "val_bleu": "max"}
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def objective_for(name: str) -> kt.Objective:
+    """``kt.Objective`` for one of :data:`OBJECTIVES`."""
+    if name not in OBJECTIVES:
+        raise ConfigError(f"objective {name!r} is not one of {', '.join(OBJECTIVES)}")
+    return kt.Objective(name, OBJECTIVES[name])
+
+
+@dataclasses.dataclass
+class SearchSpace:
+    """Values tried for each hyper-parameter (each is an ``hp.Choice``; one value = fixed).
+
+    ``num_heads`` must divide the config's ``d_model`` (``d_k = d_v = d_model / h``).
+    """
+
+    num_heads: Sequence[int] = (1, 2, 4, 8)
+    num_layers: Sequence[int] = (2, 3, 4)
+    d_ff: Sequence[int] = (512, 1024)
+    dropout: Sequence[float] = (0.0, 0.1, 0.2, 0.3)
+
+    @classmethod
+    def around(cls, model_config) -> "SearchSpace":
+        """A default space around a config: heads dividing d_model (d_k >= 8) among 1..16,
+        depth N-1..N+1, d_ff 2x and 4x d_model, dropout 0..0.3."""
+        d, n = model_config.d_model, model_config.num_layers
+        heads = tuple(h for h in (1, 2, 4, 8, 16) if d % h == 0 and d // h >= 8) or (model_config.num_heads,)
+        layers = tuple(range(max(1, n - 1), n + 2))
+        return cls(num_heads=heads, num_layers=layers, d_ff=(2 * d, 4 * d), dropout=(0.0, 0.1, 0.2, 0.3))
+
+    def validate(self, d_model: int) -> "SearchSpace":
+        for name in ("num_heads", "num_layers", "d_ff", "dropout"):
+            values = list(getattr(self, name))
+            if not values:
+                raise ConfigError(f"search space {name} is empty")
+            if len(set(values)) != len(values):
+                raise ConfigError(f"search space {name}={values} repeats a value")
+        for h in self.num_heads:
+            if int(h) < 1 or d_model % int(h):
+                raise ConfigError(
+                    f"search space num_heads={h} does not divide model.d_model={d_model} "
+                    "(d_k = d_v = d_model / h)")
+        for name in ("num_layers", "d_ff"):
+            for v in getattr(self, name):
+                if int(v) < 1:
+                    raise ConfigError(f"search space {name}={v} must be >= 1")
+        for p in self.dropout:
+            if not 0.0 <= float(p) < 1.0:
+                raise ConfigError(f"search space dropout={p} must be in [0, 1)")
+        return self
+
+
+class TransformerHyperModel(kt.HyperModel):
+    """Keras Tuner hypermodel of the Transformer (see the module docstring).
+
+    Args:
+        config: a :class:`~tf_transformer.config.Config` (``load_config(...)``): the data,
+            the training recipe and every model field that is not searched.
+        search_space: a :class:`SearchSpace` (default :meth:`SearchSpace.around` the config).
+        tokenizer: a :class:`~tf_transformer.data.Tokenizer`; default ``data.vocab_model``,
+            built into ``vocab_dir/vocab.model`` when that is unset or missing.
+        vocab_dir: where a vocabulary is built if needed (default ``train.model_dir``).
+        steps_per_epoch: updates per epoch when ``fit``/``search`` is not given
+            ``steps_per_epoch`` (default ``train.steps_per_epoch``).
+        max_minutes: wall-clock budget per trial (default ``train.max_minutes``; ``None``: none).
+        objective: the tuner's objective name; ``"val_bleu"`` turns ``bleu`` on.
+        bleu: also report ``val_bleu`` (greedy decoding of ``bleu_sentences`` validation sentences).
+        bleu_sentences: how many validation sentences to translate for BLEU.
+        verbose: ``model.fit``'s ``verbose`` when ``search`` does not set it.
+        log: where one-line messages go (default stderr).
+    """
+
+    def __init__(self, config: Config, search_space: Optional[SearchSpace] = None, *, tokenizer=None,
+                 vocab_dir=None, steps_per_epoch: Optional[int] = None, max_minutes: Optional[float] = None,
+                 objective: str = "val_loss", bleu: bool = False, bleu_sentences: int = 300,
+                 verbose="auto", log: Callable[[str], None] = _say, name: str = "transformer",
+                 tunable: bool = True):
+        super().__init__(name=name, tunable=tunable)
+        if objective not in OBJECTIVES:
+            raise ConfigError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+        self.config = copy.deepcopy(config)
+        self.config.validate(require_vocab=False)
+        self.search_space = (search_space or SearchSpace.around(self.config.model)).validate(self.config.model.d_model)
+        self.tokenizer = tokenizer
+        self.vocab_dir = Path(vocab_dir) if vocab_dir is not None else Path(self.config.train.model_dir)
+        self.steps_per_epoch = steps_per_epoch
+        self.max_minutes = max_minutes if max_minutes is not None else self.config.train.max_minutes
+        self.objective = objective
+        self.bleu = bool(bleu) or objective == "val_bleu"
+        if bleu_sentences < 1:
+            raise ConfigError(f"bleu_sentences={bleu_sentences} must be >= 1")
+        self.bleu_sentences = int(bleu_sentences)
+        self.verbose = verbose
+        self.log = log
+        self._bleu_data = None
+
+    # -- vocabulary --------------------------------------------------------------------
+    def prepare(self):
+        """Load (or build) the vocabulary and fill ``model.vocab_size``; returns the tokenizer."""
+        from tf_transformer import data as data_api
+
+        if self.tokenizer is None:
+            cfg = self.config
+            path = Path(cfg.data.vocab_model) if cfg.data.vocab_model else self.vocab_dir / "vocab.model"
+            if not path.is_file():
+                self.log(f"tune: vocabulary {path} does not exist: building it (data.vocab_size="
+                         f"{cfg.data.vocab_size})")
+                data_api.build_vocab(cfg.data, path, progress=self.log)
+            self.tokenizer = data_api.Tokenizer(path)
+            cfg.data.vocab_model = str(path)
+        size = int(self.tokenizer.vocab_size)
+        if self.config.model.vocab_size is None:
+            self.config.model.vocab_size = size
+        elif self.config.model.vocab_size != size:
+            raise ConfigError(f"model.vocab_size={self.config.model.vocab_size} but the vocabulary has {size} "
+                              "pieces; remove model.vocab_size or point data.vocab_model at the right file")
+        return self.tokenizer
+
+    # -- the search space --------------------------------------------------------------
+    def declare(self, hp) -> dict:
+        """Register the four hyper-parameters on ``hp``; returns their values for this trial."""
+        s = self.search_space
+        return {
+            "num_heads": hp.Choice("num_heads", [int(v) for v in s.num_heads], ordered=True),
+            "num_layers": hp.Choice("num_layers", [int(v) for v in s.num_layers], ordered=True),
+            "d_ff": hp.Choice("d_ff", [int(v) for v in s.d_ff], ordered=True),
+            "dropout": hp.Choice("dropout", [float(v) for v in s.dropout], ordered=True),
+        }
+
+    def trial_config(self, values: dict) -> Config:
+        """The config of one trial: the hypermodel's config with the searched model fields."""
+        cfg = copy.deepcopy(self.config)
+        d = cfg.model.d_model
+        h = int(values["num_heads"])
+        cfg.model = dataclasses.replace(cfg.model, num_heads=h, key_dim=d // h, value_dim=d // h,
+                                        num_layers=int(values["num_layers"]), d_ff=int(values["d_ff"]),
+                                        dropout=float(values["dropout"]))
+        cfg.validate(require_vocab=False)
+        return cfg
+
+    # -- HyperModel API ----------------------------------------------------------------
+    def build(self, hp):
+        """A compiled ``TrainingModel`` around the Transformer chosen by ``hp``."""
+        from tf_transformer.model import Transformer
+        from tf_transformer.training.schedule import make_optimizer
+        from tf_transformer.training.trainer import TrainingModel, accumulation_steps_for
+
+        self.prepare()
+        cfg = self.trial_config(self.declare(hp))
+        keras.utils.set_random_seed(cfg.train.seed)
+        k = accumulation_steps_for(cfg.train.tokens_per_update, cfg.data.tokens_per_batch)
+        previous = keras.config.dtype_policy()
+        if cfg.train.mixed_precision and cfg.train.mixed_precision != "float32":
+            keras.config.set_dtype_policy(cfg.train.mixed_precision)
+        try:
+            transformer = Transformer.from_config_section(cfg.model)
+            trainer = TrainingModel(transformer, label_smoothing=cfg.train.label_smoothing, accumulation_steps=k,
+                                    nominal_tokens=float(k * cfg.data.tokens_per_batch),
+                                    clip_norm=cfg.train.clip_norm)
+            trainer.build()
+            optimizer = make_optimizer(cfg.train, cfg.model.d_model)
+            trainer.compile(optimizer=optimizer, jit_compile=bool(cfg.train.jit_compile))
+            optimizer.build(trainer.trainable_variables)
+        finally:
+            keras.config.set_dtype_policy(previous)
+        return trainer
+
+    def datasets(self, cfg: Config, strategy):
+        """``(train, valid)`` for ``model.fit`` from ``cfg.data``, split over ``strategy``'s replicas."""
+        from tf_transformer import data as data_api
+        from tf_transformer.training.strategy import distribute
+
+        # A fresh in-graph tokenizer per trial: Keras Tuner clears the Keras session before each
+        # build, which invalidates the SentencePiece resource an earlier dataset created.
+        tokenizer = data_api.Tokenizer(self.prepare().model_proto)
+
+        def train_fn(context):
+            return data_api.make_dataset(cfg.data, "train", tokenizer, training=True, input_context=context,
+                                         verbose=False)
+
+        def valid_fn(context):
+            return data_api.make_dataset(cfg.data, "valid", tokenizer, training=False, input_context=context,
+                                         verbose=False)
+
+        return distribute(strategy, train_fn), distribute(strategy, valid_fn)
+
+    def fit(self, hp, model, *args, validation_data=None, epochs=None, steps_per_epoch=None, callbacks=None,
+            initial_epoch: int = 0, validation_steps=None, verbose=None, **kwargs):
+        """Train ``model`` (from :meth:`build`) for this trial; returns the metrics dict
+        (see the module docstring). Positional ``x`` (and ``validation_data``) override the
+        config's data; ``epochs * steps_per_epoch`` is the update budget."""
+        from tf_transformer.model import count_parameters
+        from tf_transformer.training.callbacks import WallClockBudget, current_step
+
+        cfg = self.trial_config(self.declare(hp))
+        k = max(1, int(getattr(model, "accumulation_steps", 1)))
+        steps_per_epoch = int(steps_per_epoch or self.steps_per_epoch or cfg.train.steps_per_epoch)
+        if epochs is None:
+            epochs = max(1, math.ceil(cfg.train.train_steps / steps_per_epoch))
+        x = args[0] if args else kwargs.pop("x", None)
+        kwargs.pop("y", None)
+        if x is None or validation_data is None:
+            train_ds, valid_ds = self.datasets(cfg, model.distribute_strategy)
+            x = train_ds if x is None else x
+            validation_data = valid_ds if validation_data is None else validation_data
+        if validation_steps is None:
+            validation_steps = cfg.train.validation_steps
+        callbacks = list(callbacks or [])
+        budget = None
+        if self.max_minutes:
+            budget = WallClockBudget(self.max_minutes, k, log=self.log)
+            callbacks.insert(0, budget)
+        callbacks.insert(0, keras.callbacks.TerminateOnNaN())
+        if initial_epoch:
+            # Hyperband resumes an earlier trial: continue its learning-rate schedule.
+            model.optimizer.iterations.assign(int(initial_epoch) * steps_per_epoch)
+        start = time.time()
+        history = model.fit(x, validation_data=validation_data, epochs=int(epochs), initial_epoch=int(initial_epoch),
+                            steps_per_epoch=steps_per_epoch * k, validation_steps=validation_steps,
+                            callbacks=callbacks, verbose=self.verbose if verbose is None else verbose, **kwargs)
+        seconds = time.time() - start
+        results = self._pick_epoch(history.history)
+        results["params"] = float(count_parameters(model.transformer))
+        results["train_minutes"] = seconds / 60.0
+        results["steps"] = float(current_step(model))
+        if self.bleu:
+            results["val_bleu"] = self.bleu_score(model.transformer, cfg)
+        return results
+
+    def _pick_epoch(self, history: dict) -> dict:
+        """Metrics of the epoch that is best by the objective (the last one if it is not logged)."""
+        import numpy as np
+
+        def value(v):
+            return float(np.asarray(v).reshape(-1)[0])
+
+        epochs = len(next(iter(history.values()), []))
+        if epochs == 0:
+            raise RuntimeError("model.fit ran no epoch")
+        best = epochs - 1
+        series = history.get(self.objective)
+        if series:
+            vals = [value(v) for v in series]
+            finite = [i for i, v in enumerate(vals) if math.isfinite(v)]
+            if finite:
+                pick = min if OBJECTIVES[self.objective] == "min" else max
+                best = pick(finite, key=lambda i: vals[i])
+        out = {key: value(vs[best]) for key, vs in history.items() if len(vs) == epochs}
+        out["epoch"] = float(best + 1)
+        return out
+
+    def bleu_score(self, transformer, cfg: Config) -> float:
+        """sacreBLEU of greedy translations of the first ``bleu_sentences`` validation sentences."""
+        from tf_transformer.data import read_parallel_text
+        from tf_transformer.tuning.scoring import corpus_bleu
+
+        if self._bleu_data is None:
+            sources, targets = read_parallel_text(cfg.data, "valid")
+            self._bleu_data = (sources[: self.bleu_sentences], targets[: self.bleu_sentences])
+        sources, targets = self._bleu_data
+        result = corpus_bleu(transformer, self.prepare(), sources, targets, beam_size=1,
+                             max_extra_length=cfg.decode.max_extra_length, batch_size=cfg.decode.batch_size)
+        return result["bleu"]

@@ -2,14 +2,22 @@
 
 import dataclasses
 import gzip
+import itertools
 from collections import Counter
 
 import numpy as np
 import pytest
 
 from tf_transformer.config import ConfigError, DataConfig, load_config
-from tf_transformer.data import Tokenizer, build_vocab, dataset_statistics, make_dataset, read_parallel_text
-from tf_transformer.data import batching, sources
+from tf_transformer.data import (
+    Tokenizer,
+    batching,
+    build_vocab,
+    dataset_statistics,
+    make_dataset,
+    read_parallel_text,
+    sources,
+)
 from tf_transformer.errors import DataError
 
 N = 600
@@ -242,14 +250,14 @@ def test_shards_per_worker_partition_the_data_and_split_the_budget(corpus, tok):
 def test_bucket_bounds():
     b = batching.bucket_bounds(100)
     assert b[:5] == [2, 4, 6, 8, 10] and b[-1] == 100
-    assert all(x < y for x, y in zip(b, b[1:]))
-    assert all(y - x == 2 for x, y in zip(b, b[1:]) if y <= 64)
+    assert all(x < y for x, y in itertools.pairwise(b))
+    assert all(y - x == 2 for x, y in itertools.pairwise(b) if y <= 64)
     assert batching.bucket_bounds(10, bucket_width=3) == [3, 6, 9, 10]
     assert batching.bucket_bounds(3) == [2, 3]
     rows = batching.bucket_rows([2, 4, 100], 1000)
     assert rows == [[500, 250, 10], [250, 250, 10], [10, 10, 10]]
     e = batching.eval_bucket_bounds(256)
-    assert e[0] == 8 and e[-1] == 256 and all(x < y for x, y in zip(e, e[1:]))
+    assert e[0] == 8 and e[-1] == 256 and all(x < y for x, y in itertools.pairwise(e))
 
 
 def test_bundled_multi30k_and_missing_copy(monkeypatch, tmp_path):

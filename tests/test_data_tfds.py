@@ -7,10 +7,15 @@ import pytest
 
 tfds = pytest.importorskip("tensorflow_datasets")
 
-from tf_transformer.config import DataConfig  # noqa: E402
-from tf_transformer.data import Tokenizer, build_vocab, make_dataset, read_parallel_text  # noqa: E402
-from tf_transformer.data import dataset_statistics  # noqa: E402
-from tf_transformer.errors import DataError  # noqa: E402
+from tf_transformer.config import DataConfig
+from tf_transformer.data import (
+    Tokenizer,
+    build_vocab,
+    dataset_statistics,
+    make_dataset,
+    read_parallel_text,
+)
+from tf_transformer.errors import DataError
 
 EN = ["A dog runs on the beach.", "Two men are playing chess.", "A girl reads a book.",
       "People walk in the street.", "A cat sleeps.", "", "The sun is shining.",

@@ -32,7 +32,20 @@ _EXPORTS = {
     "split_files": "sources",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "PAD_ID",
+    "UNK_ID",
+    "DataStats",
+    "Tokenizer",
+    "batch_statistics",
+    "build_vocab",
+    "dataset_statistics",
+    "make_dataset",
+    "read_parallel_text",
+    "split_files",
+]
 
 
 def __getattr__(name: str):

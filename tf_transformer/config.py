@@ -216,6 +216,7 @@ class TrainConfig:
     checkpoint_every_minutes: float = 10.0
     keep_checkpoints: int = 20
     average_last: int = 5
+    backup_every_steps: Optional[int] = None  # resumable backup every N updates; None = every epoch
     model_dir: str = "runs/default"
     strategy: str = "auto"  # auto | default | mirrored | multiworker
     mixed_precision: Optional[str] = None  # None | mixed_float16 | mixed_bfloat16
@@ -241,6 +242,8 @@ class TrainConfig:
             raise ConfigError(f"{p}clip_norm={self.clip_norm} must be > 0 or null")
         if self.tokens_per_update is not None:
             _positive(p + "tokens_per_update", self.tokens_per_update)
+        if self.backup_every_steps is not None:
+            _positive(p + "backup_every_steps", self.backup_every_steps)
         if self.checkpoint_every_minutes <= 0:
             raise ConfigError(f"{p}checkpoint_every_minutes={self.checkpoint_every_minutes} must be > 0")
         if self.strategy not in ("auto", "default", "mirrored", "multiworker"):

@@ -1,0 +1,231 @@
+"""model.fit training: overfitting a tiny task, run directory contents, resuming, the CLI."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tf_transformer.training.loop import _plan
+from tf_transformer.training.testing import dataset_fn, task_batches, tiny_config
+from tf_transformer.training.trainer import accumulation_steps_for
+
+REPO = Path(__file__).resolve().parents[1]
+HELPER = REPO / "tests" / "training_subprocess.py"
+
+
+def _env():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow")
+    env.pop("TF_CONFIG", None)
+    return env
+
+
+def test_fit_plan_lines_epochs_up_with_steps():
+    assert _plan(0, 100, 50) == [(0, 2, 50)]
+    assert _plan(0, 120, 50) == [(0, 3, 50)]  # the last epoch is cut by StopAtStep
+    assert _plan(70, 200, 25) == [(2, 3, 5), (3, 8, 25)]  # finish epoch 2, then whole epochs
+    assert _plan(75, 200, 25) == [(3, 8, 25)]
+    assert _plan(200, 200, 25) == []
+
+
+def test_accumulation_steps_from_tokens_per_update():
+    assert accumulation_steps_for(None, 4096) == 1
+    assert accumulation_steps_for(2000, 4096) == 1
+    assert accumulation_steps_for(25000, 4096) == 6  # the paper's 25k per update on one device
+    assert accumulation_steps_for(50000, 25000) == 2
+
+
+@pytest.mark.slow
+def test_tiny_model_overfits_reverse_task(tmp_path):
+    from tf_transformer.training import train
+
+    vocab = 16
+    batches = task_batches(2, 8, vocab, "reverse", max_len=6)
+    cfg = tiny_config(vocab, str(tmp_path / "run"), train_steps=300, steps_per_epoch=50, warmup_steps=100,
+                      learning_rate_scale=0.3)
+    cfg.model.d_model, cfg.model.d_ff = 64, 128
+    start = time.time()
+    result = train(cfg, train_data=dataset_fn(batches), valid_data=dataset_fn(batches, repeat=False), verbose=0)
+    print(f"overfit: {time.time() - start:.1f}s, val_accuracy per epoch {result.history['val_accuracy']}")
+    assert result.history["val_accuracy"][-1] == 1.0
+    assert result.history["val_loss"][-1] < 0.05
+    assert result.final_step == 300 and result.start_step == 0
+    # the run directory
+    run = tmp_path / "run"
+    assert result.model_path == run / "model.keras" and result.model_path.is_file()
+    assert (run / "config.yaml").is_file()
+    assert [p.name for p in result.checkpoints] == ["ckpt-300.weights.h5"]
+    assert (run / "backup" / "latest.weights.h5").is_file()
+    assert list((run / "logs").glob("train/events.out.tfevents.*"))
+    assert "model " + str(run / "model.keras") in result.summary()
+    # the saved model predicts what the trained one does
+    import keras
+
+    loaded = keras.saving.load_model(str(result.model_path))
+    (src, tin), _ = batches[0]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded((src, tin))),
+                               keras.ops.convert_to_numpy(result.model((src, tin))), atol=1e-5)
+    # running again after the end does no training
+    again = train(cfg, train_data=dataset_fn(batches), valid_data=False, verbose=0)
+    assert again.start_step == again.final_step == 300
+
+
+@pytest.mark.slow
+def test_mirrored_two_cpus_equals_one_device(tmp_path):
+    """Same global batch (replica 0: 6 short sentences, replica 1: 3 long ones) on two
+    logical CPUs and on one device: same first-step loss, same update; and the same with
+    gradient accumulation (one device, 2 micro-batches; two replicas, 2 micro-batches each)."""
+    out = tmp_path / "mirrored.json"
+    subprocess.run([sys.executable, str(HELPER), "mirrored", str(out)], check=True, env=_env(), cwd=REPO,
+                   timeout=600)
+    r = json.loads(out.read_text())
+    assert r["init_diff"] == 0.0
+    assert r["mirrored_loss"] == pytest.approx(r["single_loss"], rel=1e-6)
+    assert r["accumulated_loss"] == pytest.approx(r["single_loss"], rel=1e-6)
+    assert r["mirrored_accumulated_loss"] == pytest.approx(r["single_loss"], rel=1e-6)
+    assert r["mirrored_accuracy"] == r["single_accuracy"]
+    assert r["update_size"] > 1e-2  # SGD(1.0): the update is the gradient
+    for key in ("weight_diff", "accumulated_weight_diff", "mirrored_accumulated_weight_diff"):
+        assert r[key] < 1e-5 * max(1.0, r["update_size"]), key
+    assert r["iterations"] == [1, 1, 1, 1]  # accumulation: 2 micro-batches made one update
+
+
+def _free_ports(n):
+    import socket
+
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.mark.slow
+def test_multiworker_two_local_workers(tmp_path):
+    """Two worker processes on 127.0.0.1 train 6 steps with model.fit under
+    MultiWorkerMirroredStrategy (with the Keras workaround) and end with equal weights."""
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    procs = []
+    for index in range(2):
+        env = _env()
+        env["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        procs.append(subprocess.Popen(
+            [sys.executable, str(HELPER), "multiworker", str(tmp_path / f"worker{index}.json"), str(tmp_path / "run")],
+            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    try:
+        outputs = [p.communicate(timeout=420)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, text in zip(procs, outputs):
+        assert p.returncode == 0, text[-3000:]
+    results = [json.loads((tmp_path / f"worker{i}.json").read_text()) for i in range(2)]
+    assert [r["chief"] for r in results] == [True, False]
+    assert all(r["replicas"] == 2 and r["final_step"] == 6 for r in results)
+    assert results[0]["history"] == results[1]["history"]
+    assert results[0]["checksum"] == pytest.approx(results[1]["checksum"], rel=1e-6)
+    assert len(results[0]["history"]["val_loss"]) == 2
+    assert results[0]["model_path"] and Path(results[0]["model_path"]).is_file()
+    assert results[1]["model_path"] is None  # only the chief writes the run directory
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_at_last_backup(tmp_path):
+    """SIGKILL a run between backups (every 10 updates); the rerun restarts at the backed-up
+    update with the learning rate of that update and finishes at train_steps."""
+    from tf_transformer.training.schedule import TransformerSchedule
+
+    run, progress = tmp_path / "run", tmp_path / "progress"
+    meta = run / "backup" / "training_metadata.json"
+    cmd = [sys.executable, str(HELPER), "resume", str(run), "200", str(progress)]
+    proc = subprocess.Popen(cmd, env=_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    saved = None
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            if meta.is_file():
+                try:
+                    step = json.loads(meta.read_text())["step"]
+                except (ValueError, KeyError):
+                    step = None
+                if step is not None and step >= 40:
+                    saved = step
+                    break
+            time.sleep(0.05)
+        assert saved is not None, "no backup written in time"
+        # kill between saves: after the backup, before the next one
+        while progress.is_file() and int(progress.read_text() or 0) < saved + 3 and proc.poll() is None:
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    saved = json.loads(meta.read_text())["step"]
+    reached = int(progress.read_text())
+    assert reached > saved, (reached, saved)
+    print(f"killed at step {reached}, last backup at {saved}: {reached - saved} updates lost")
+    out = subprocess.run(cmd, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["start_step"] == saved and result["first_step"] == saved
+    assert result["final_step"] == 200
+    # the schedule continues: the learning rate of update `saved` (0-based iterations)
+    assert result["first_learning_rate"] == pytest.approx(float(TransformerSchedule(32, 20)(saved)), rel=1e-5)
+    assert f"resuming at step {saved}" in out.stderr
+    assert result["checkpoints"][-1].endswith("ckpt-200.weights.h5")
+
+
+@pytest.mark.slow
+def test_cli_train_and_average(tmp_path):
+    """`tft train` on a YAML config with --set overrides, then `tft average`."""
+    # a tiny parallel text corpus through the real data pipeline; no vocabulary given
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    rng = np.random.default_rng(0)
+    words_en = ["a", "man", "dog", "runs", "the", "woman", "sees", "red", "ball", "on", "grass", "child"]
+    words_de = ["ein", "mann", "hund", "läuft", "der", "frau", "sieht", "rot", "ball", "auf", "gras", "kind"]
+    for split, n in (("train", 300), ("valid", 20)):
+        idx = [rng.integers(0, len(words_en), size=rng.integers(3, 8)) for _ in range(n)]
+        (corpus / f"{split}.en").write_text("\n".join(" ".join(words_en[i] for i in s) for s in idx) + "\n")
+        (corpus / f"{split}.de").write_text("\n".join(" ".join(words_de[i] for i in s) for s in idx) + "\n")
+    config = tmp_path / "tiny.yaml"
+    config.write_text(f"""
+model: {{d_model: 32, num_layers: 1, num_heads: 2, d_ff: 64, dropout: 0.0}}
+data:
+  source: text
+  train_source: {corpus}/train.en
+  train_target: {corpus}/train.de
+  valid_source: {corpus}/valid.en
+  valid_target: {corpus}/valid.de
+  vocab_size: 60
+  tokens_per_batch: 512
+  max_length: 32
+train: {{train_steps: 6, steps_per_epoch: 3, warmup_steps: 4, checkpoint_every_minutes: 60, strategy: default}}
+""")
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "tf_transformer.cli", "train", "--config", str(config), "--model-dir", str(run),
+           "--set", "train.train_steps=4", "train.label_smoothing=0.2", "--verbose", "2"]
+    out = subprocess.run(cmd, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-2000:]
+    summary = out.stdout.strip().splitlines()[-1]
+    assert summary.startswith("trained steps 0->4") and str(run / "model.keras") in summary
+    assert (run / "vocab.model").is_file()  # built because data.vocab_model was unset
+    import yaml
+
+    resolved = yaml.safe_load((run / "config.yaml").read_text())
+    assert resolved["model"]["vocab_size"] == 60 and resolved["train"]["label_smoothing"] == 0.2
+    assert resolved["data"]["vocab_model"] == str(run / "vocab.model")
+    out = subprocess.run([sys.executable, "-m", "tf_transformer.cli", "average", "--model-dir", str(run),
+                          "--last", "3"], env=_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().startswith("averaged 1 checkpoint(s)") and (run / "averaged.keras").is_file()

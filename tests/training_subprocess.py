@@ -1,0 +1,134 @@
+"""Helper processes for the slow training tests (not collected by pytest).
+
+    python tests/training_subprocess.py mirrored OUT.json
+    python tests/training_subprocess.py multiworker OUT.json   (TF_CONFIG set by the caller)
+    python tests/training_subprocess.py resume MODEL_DIR STEPS PROGRESS_FILE
+"""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import numpy as np  # noqa: E402
+
+V = 16
+
+
+def _set_two_cpus():
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
+def mirrored(out):
+    """One update on 2 replicas holding batches A and B vs one device holding A+B."""
+    _set_two_cpus()
+    import keras
+    import tensorflow as tf
+
+    from tf_transformer.model import Transformer
+    from tf_transformer.training.strategy import distribute, make_strategy
+    from tf_transformer.training.testing import dataset_fn, make_batch, random_sentences
+    from tf_transformer.training.trainer import TrainingModel
+
+    # different sentence counts and lengths per replica, as token buckets give
+    a_sents = random_sentences(6, V, 2, 4, seed=1)
+    b_sents = random_sentences(3, V, 6, 9, seed=2)
+    batch_a, batch_b, both = make_batch(a_sents), make_batch(b_sents), make_batch(a_sents + b_sents)
+
+    def run(strategy, fn, accumulation=1, steps=1):
+        keras.utils.set_random_seed(7)
+        with strategy.scope():
+            model = TrainingModel(Transformer(vocab_size=V, d_model=32, num_layers=2, num_heads=4, d_ff=64,
+                                              dropout=0.0), label_smoothing=0.1, accumulation_steps=accumulation,
+                                  nominal_tokens=64)
+            model.build()
+            # plain SGD: the update is the gradient itself (Adam's first step is ~sign(g))
+            opt = keras.optimizers.SGD(1.0)
+            model.compile(optimizer=opt)
+            opt.build(model.trainable_variables)
+        before = [w.numpy().copy() for w in model.transformer.weights]
+        hist = model.fit(distribute(strategy, fn), steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
+        after = [w.numpy() for w in model.transformer.weights]
+        return hist.history, before, after, int(keras.ops.convert_to_numpy(opt.iterations))
+
+    mirrored_strategy = make_strategy("mirrored", ["/cpu:0", "/cpu:1"])
+    m_hist, m_before, m_after, m_iter = run(mirrored_strategy, dataset_fn(None, per_replica=[[batch_a], [batch_b]]))
+    s_hist, s_before, s_after, s_iter = run(tf.distribute.get_strategy(), dataset_fn([both]))
+    # one device, two micro-batches accumulated = one update of A+B too
+    a_hist, a_before, a_after, a_iter = run(tf.distribute.get_strategy(), dataset_fn([batch_a, batch_b]),
+                                            accumulation=2, steps=2)
+    # two replicas, two micro-batches each, accumulated
+    mm_hist, _, mm_after, mm_iter = run(mirrored_strategy,
+                                        dataset_fn(None, per_replica=[[batch_a, batch_b], [batch_b, batch_a]]),
+                                        accumulation=2, steps=2)
+
+    def diff(x, y):
+        return max(float(np.max(np.abs(p - q))) for p, q in zip(x, y))
+
+    json.dump({
+        "mirrored_loss": m_hist["loss"][0], "single_loss": s_hist["loss"][0],
+        "accumulated_loss": a_hist["loss"][0],
+        "mirrored_accuracy": m_hist["accuracy"][0], "single_accuracy": s_hist["accuracy"][0],
+        "init_diff": diff(m_before, s_before), "update_size": diff(s_before, s_after),
+        "weight_diff": diff(m_after, s_after), "accumulated_weight_diff": diff(a_after, s_after),
+        "iterations": [m_iter, s_iter, a_iter, mm_iter], "mirrored_accumulated_loss": mm_hist["loss"][0],
+        "mirrored_accumulated_weight_diff": diff(mm_after, s_after),
+    }, open(out, "w"))
+
+
+def multiworker(out, model_dir):
+    from tf_transformer.training import train
+    from tf_transformer.training.strategy import make_strategy, task_info
+    from tf_transformer.training.testing import dataset_fn, task_batches, tiny_config
+
+    strategy = make_strategy("multiworker")
+    info = task_info(strategy)
+    batches = task_batches(4, 4, V, seed=info.index)  # each worker has its own data shard
+    cfg = tiny_config(V, model_dir, train_steps=6, steps_per_epoch=3, warmup_steps=5, validation_steps=2,
+                      backup_every_steps=2)
+    result = train(cfg, strategy=strategy, train_data=dataset_fn(batches), valid_data=dataset_fn(batches[:2]),
+                   verbose=0)
+    weights = result.model.get_weights()
+    json.dump({"chief": info.is_chief, "final_step": result.final_step, "history": result.history,
+               "replicas": strategy.num_replicas_in_sync,
+               "checksum": float(sum(float(np.sum(np.abs(w))) for w in weights)),
+               "model_path": str(result.model_path) if result.model_path else None}, open(out, "w"))
+
+
+def resume(model_dir, steps, progress_file):
+    import keras
+
+    from tf_transformer.training import train
+    from tf_transformer.training.callbacks import current_step
+    from tf_transformer.training.testing import dataset_fn, task_batches, tiny_config
+
+    class Progress(keras.callbacks.Callback):
+        first = None
+
+        def on_train_begin(self, logs=None):
+            if self.first is None:  # step and learning rate at the start of this process's training
+                Progress.first = (current_step(self.model),
+                                  float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)))
+
+        def on_train_batch_end(self, batch, logs=None):
+            with open(progress_file, "w") as f:
+                f.write(str(current_step(self.model)))
+
+    batches = task_batches(4, 8, V)
+    cfg = tiny_config(V, model_dir, train_steps=int(steps), steps_per_epoch=25, warmup_steps=20,
+                      backup_every_steps=10)
+    result = train(cfg, train_data=dataset_fn(batches), valid_data=False, callbacks=[Progress()], verbose=0)
+    print(json.dumps({"start_step": result.start_step, "final_step": result.final_step,
+                      "first_step": Progress.first and Progress.first[0],
+                      "first_learning_rate": Progress.first and Progress.first[1],
+                      "checkpoints": [str(p) for p in result.checkpoints]}))
+
+
+if __name__ == "__main__":
+    mode, args = sys.argv[1], sys.argv[2:]
+    {"mirrored": mirrored, "multiworker": multiworker, "resume": resume}[mode](*args)

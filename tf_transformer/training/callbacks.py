@@ -1,0 +1,239 @@
+"""Callbacks of ``tft train``: checkpoints every N minutes, resumable backups, budgets.
+
+All of them count *updates* (``optimizer.iterations``), not ``fit`` batches: with gradient
+accumulation one update takes ``accumulation_steps`` batches, and they only act at update
+boundaries.
+
+Files (under ``model_dir``)::
+
+    checkpoints/ckpt-<step>.weights.h5    Transformer weights, every train.checkpoint_every_minutes
+                                          and at the end; the last train.keep_checkpoints kept
+    backup/latest.weights.h5              weights + optimizer state (step counter, Adam moments)
+    backup/training_metadata.json         {"epoch", "batch", "step"} of that backup
+
+Both are written to a temporary name and renamed, so a process killed while writing leaves
+the previous file intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import keras
+import numpy as np
+
+CHECKPOINT_PATTERN = re.compile(r"^ckpt-(\d+)\.weights\.h5$")
+
+
+def current_step(model) -> int:
+    """``optimizer.iterations`` as a Python int (works for mirrored variables too)."""
+    return int(np.asarray(keras.ops.convert_to_numpy(model.optimizer.iterations)))
+
+
+def list_checkpoints(directory) -> list[tuple[int, Path]]:
+    """``[(step, path), ...]`` of ``ckpt-<step>.weights.h5`` files, oldest first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = []
+    for p in directory.iterdir():
+        m = CHECKPOINT_PATTERN.match(p.name)
+        if m and p.is_file():
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def _atomic_save_weights(layer, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".partial-{os.getpid()}-{path.name}")
+    layer.save_weights(str(tmp), overwrite=True)
+    os.replace(tmp, path)
+
+
+class _UpdateCounting(keras.callbacks.Callback):
+    """Counts fit batches and knows when one is the last of an update."""
+
+    def __init__(self, accumulation_steps: int = 1):
+        super().__init__()
+        self.accumulation_steps = max(1, int(accumulation_steps))
+        self._batches = 0
+
+    def _count_batch(self) -> bool:
+        """Call once per batch; True when the batch completed an update."""
+        self._batches += 1
+        return self._batches % self.accumulation_steps == 0
+
+
+class TimedCheckpoint(_UpdateCounting):
+    """Write the Transformer's weights to ``directory/ckpt-<step>.weights.h5`` every
+    ``every_minutes`` of wall-clock time and at the end of training; keep the newest ``keep``.
+
+    Args:
+        directory: where checkpoints go (created).
+        every_minutes: the paper's 10.
+        keep: how many to keep (paper: 5 averaged for base, 20 for big).
+        accumulation_steps: fit batches per update.
+        get_layer: what to save, from the fit model (default: ``model.transformer``).
+        enabled: False on non-chief workers (they write nothing).
+        log: callable for one-line messages (default: print).
+    """
+
+    def __init__(self, directory, every_minutes: float = 10.0, keep: int = 20, accumulation_steps: int = 1,
+                 get_layer: Optional[Callable] = None, enabled: bool = True, log: Optional[Callable] = None):
+        super().__init__(accumulation_steps)
+        self.directory = Path(directory)
+        self.every_seconds = float(every_minutes) * 60.0
+        self.keep = int(keep)
+        self.get_layer = get_layer or (lambda model: getattr(model, "transformer", model))
+        self.enabled = enabled
+        self.log = log or (lambda msg: print(msg, flush=True))
+        self.saved: list[Path] = []
+        self._last_time = None
+        self._last_step = None
+
+    def on_train_begin(self, logs=None):
+        if self._last_time is None:
+            self._last_time = time.monotonic()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._count_batch() and time.monotonic() - self._last_time >= self.every_seconds:
+            self.save()
+
+    def save(self) -> Optional[Path]:
+        self._last_time = time.monotonic()
+        if not self.enabled:
+            return None
+        step = current_step(self.model)
+        if step == self._last_step:
+            return None
+        path = self.directory / f"ckpt-{step}.weights.h5"
+        _atomic_save_weights(self.get_layer(self.model), path)
+        self._last_step = step
+        self.saved.append(path)
+        self._prune()
+        return path
+
+    def _prune(self):
+        existing = list_checkpoints(self.directory)
+        for _, path in existing[: max(0, len(existing) - self.keep)]:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+
+    def finish(self) -> Optional[Path]:
+        """Save the final weights (call once after the last ``fit``)."""
+        return self.save()
+
+
+class ResumableBackup(keras.callbacks.BackupAndRestore):
+    """``BackupAndRestore`` that resumes at the saved *update*.
+
+    Keras' own callback restores inside ``fit`` and restarts the saved epoch from its first
+    batch; here :meth:`restore` is called before ``fit`` (so the caller can plan the rest of
+    the run from the restored ``optimizer.iterations``), backups are written atomically, and
+    ``save_every_updates`` counts updates (``None``: at each epoch end).
+
+    The optimizer state (step counter, Adam moments) is part of the backup, so the learning
+    rate schedule continues where it stopped. Training after a restart loses at most the
+    updates done since the last backup.
+    """
+
+    def __init__(self, backup_dir, save_every_updates: Optional[int] = None, accumulation_steps: int = 1,
+                 enabled: bool = True):
+        save_freq = "epoch" if not save_every_updates else int(save_every_updates) * max(1, int(accumulation_steps))
+        super().__init__(str(backup_dir), save_freq=save_freq, delete_checkpoint=False)
+        self.enabled = enabled
+        self.accumulation_steps = max(1, int(accumulation_steps))
+        self.save_every_updates = save_every_updates
+        self._batches = 0
+        self.last_saved_step: Optional[int] = None
+
+    @property
+    def weights_path(self) -> Path:
+        return Path(self._weights_path)
+
+    @property
+    def metadata_path(self) -> Path:
+        return Path(self._training_metadata_path)
+
+    def exists(self) -> bool:
+        return self.weights_path.is_file()
+
+    def restore(self, model) -> Optional[int]:
+        """Load the backup into ``model`` (built, optimizer built); return the restored
+        update step, or ``None`` when there is no backup."""
+        if not self.exists():
+            return None
+        model.load_weights(str(self.weights_path))
+        step = current_step(model)
+        self.last_saved_step = step
+        return step
+
+    def on_train_begin(self, logs=None):
+        pass  # restored by restore() before fit
+
+    def on_train_end(self, logs=None):
+        pass  # the backup is kept: rerunning a finished run is then a no-op, and longer runs can continue
+
+    def _should_save_on_batch(self, batch):
+        if self.save_freq == "epoch":
+            return False
+        self._batches += 1
+        return self._batches % self.save_freq == 0
+
+    def _save_model(self):
+        if not self.enabled:
+            return
+        step = current_step(self.model)
+        if step == self.last_saved_step:
+            return
+        _atomic_save_weights(self.model, self.weights_path)
+        tmp = self.metadata_path.with_name(f".partial-{os.getpid()}-{self.metadata_path.name}")
+        tmp.write_text(json.dumps({"epoch": self._current_epoch, "batch": self._last_batch_seen, "step": step}))
+        os.replace(tmp, self.metadata_path)
+        self.last_saved_step = step
+
+
+class StopAtStep(_UpdateCounting):
+    """Stop ``fit`` once ``optimizer.iterations`` reaches ``last_step`` (counted from
+    ``start_step`` without reading the variable every batch)."""
+
+    def __init__(self, last_step: int, start_step: int = 0, accumulation_steps: int = 1):
+        super().__init__(accumulation_steps)
+        self.last_step = int(last_step)
+        self.step = int(start_step)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._count_batch():
+            self.step += 1
+            if self.step >= self.last_step:
+                self.model.stop_training = True
+
+
+class WallClockBudget(_UpdateCounting):
+    """Stop ``fit`` (at an update boundary) after ``max_minutes`` of training time."""
+
+    def __init__(self, max_minutes: float, accumulation_steps: int = 1, log: Optional[Callable] = None):
+        super().__init__(accumulation_steps)
+        self.max_seconds = float(max_minutes) * 60.0
+        self.log = log or (lambda msg: print(msg, flush=True))
+        self.start = None
+        self.stopped = False
+
+    def on_train_begin(self, logs=None):
+        if self.start is None:
+            self.start = time.monotonic()
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._count_batch() and time.monotonic() - self.start >= self.max_seconds:
+            if not self.stopped:
+                self.log(f"train.max_minutes={self.max_seconds / 60:g} reached: stopping at step "
+                         f"{current_step(self.model)}")
+            self.stopped = True
+            self.model.stop_training = True

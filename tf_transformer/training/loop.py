@@ -1,0 +1,403 @@
+"""``train(config)``: the whole training run behind ``tft train``, callable from Python.
+
+::
+
+    from tf_transformer.config import load_config
+    from tf_transformer.training import train
+    result = train(load_config("multi30k_small", ["train.train_steps=500"]), model_dir="runs/try")
+    print(result.summary())        # what was written where
+    result.model                   # the trained Transformer
+
+A run directory (``train.model_dir``) holds::
+
+    model.keras                  the final Transformer (keras.saving.load_model)
+    config.yaml                  the resolved config (vocab_size filled in, vocab_model -> vocab.model)
+    vocab.model, vocab.vocab     copy of the SentencePiece vocabulary
+    checkpoints/ckpt-<step>.weights.h5   every train.checkpoint_every_minutes, last train.keep_checkpoints
+    backup/                      weights + optimizer state for resuming (train.backup_every_steps)
+    logs/                        TensorBoard (train/ and validation/)
+
+Running the same command again after a crash resumes from ``backup/`` at the saved update
+with the step counter and learning rate continuing; after a finished run it does nothing
+but rewrite the outputs (raise ``train.train_steps`` to continue training).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tf_transformer.config import Config, ConfigError
+from tf_transformer.errors import UserError
+from tf_transformer.training import callbacks as cb
+from tf_transformer.training.schedule import make_optimizer
+from tf_transformer.training.strategy import distribute, describe, is_multiworker, make_strategy, task_info
+from tf_transformer.training.trainer import TrainingModel, accumulation_steps_for
+
+DatasetSource = Union[None, bool, tf.data.Dataset, Callable[[tf.distribute.InputContext], tf.data.Dataset]]
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What :func:`train` did and wrote."""
+
+    model: Any  # the trained Transformer
+    config: Config  # resolved
+    model_dir: Path
+    model_path: Optional[Path]
+    config_path: Optional[Path]
+    vocab_path: Optional[Path]
+    checkpoints: list  # paths, oldest first
+    backup_dir: Path
+    log_dir: Optional[Path]
+    history: dict  # metric -> list per epoch (loss, perplexity, accuracy, val_*, learning_rate)
+    start_step: int
+    final_step: int
+    accumulation_steps: int
+    train_seconds: float  # time inside training batches (no validation, no tracing of the first update)
+    target_tokens: float  # real target tokens in those batches
+    stopped_early: Optional[str] = None  # "nan", "max_minutes" or None
+    strategy: str = ""
+    training_model: Any = None  # the compiled TrainingModel (optimizer state, evaluate())
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.target_tokens / self.train_seconds if self.train_seconds > 0 else float("nan")
+
+    def summary(self) -> str:
+        """One line: steps, speed, last validation numbers, and the files written."""
+        parts = [f"trained steps {self.start_step}->{self.final_step}"]
+        if self.train_seconds > 0:
+            parts.append(f"{self.tokens_per_second:,.0f} target tokens/s")
+        for key in ("val_loss", "val_perplexity", "val_accuracy"):
+            if self.history.get(key):
+                parts.append(f"{key} {self.history[key][-1]:.4g}")
+        if self.stopped_early:
+            parts.append(f"stopped early ({self.stopped_early})")
+        wrote = []
+        if self.model_path:
+            wrote.append(f"model {self.model_path}")
+        if self.checkpoints:
+            wrote.append(f"{len(self.checkpoints)} checkpoints in {self.checkpoints[-1].parent}")
+        if self.config_path:
+            wrote.append(f"config {self.config_path}")
+        if self.vocab_path:
+            wrote.append(f"vocab {self.vocab_path}")
+        if self.log_dir:
+            wrote.append(f"TensorBoard logs {self.log_dir}")
+        wrote.append(f"backup {self.backup_dir}")
+        return "; ".join(parts) + "; wrote " + ", ".join(wrote)
+
+
+class _Throughput(keras.callbacks.Callback):
+    """Time spent in training batches and real target tokens processed, skipping the first
+    ``skip`` batches of every fit call (tracing/compilation)."""
+
+    def __init__(self, read_tokens: Callable[[], float], skip: int):
+        super().__init__()
+        self.read_tokens = read_tokens
+        self.skip = skip
+        self.seconds = 0.0
+        self.tokens = 0.0
+
+    def on_train_begin(self, logs=None):
+        self._n = 0
+        self._mark = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._t = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._n += 1
+        if self._n > self.skip:
+            self.seconds += time.perf_counter() - self._t
+        elif self._n == self.skip:
+            self._mark = self.read_tokens()
+
+    def on_train_end(self, logs=None):
+        if self._mark is not None:
+            self.tokens += self.read_tokens() - self._mark
+
+
+def _tensorboard_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tensorboard") is not None
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _as_dataset_fn(source, split_name: str):
+    if callable(source) and not isinstance(source, tf.data.Dataset):
+        return source
+    if isinstance(source, tf.data.Dataset):
+        def fn(context):
+            if context.num_replicas_in_sync > 1:
+                raise UserError(f"{split_name} data given as one tf.data.Dataset cannot be split over "
+                                f"{context.num_replicas_in_sync} replicas; pass a function of the InputContext")
+            return source
+        return fn
+    raise TypeError(f"{split_name} data must be a tf.data.Dataset or a function(InputContext) -> Dataset")
+
+
+def _resolve_vocabulary(cfg: Config, model_dir: Path, tokenizer, need_tokenizer: bool, chief: bool, log):
+    """Tokenizer and vocab path; builds the vocabulary when data.vocab_model does not exist."""
+    from tf_transformer import data as data_api
+
+    if tokenizer is None and need_tokenizer:
+        vocab_path = Path(cfg.data.vocab_model) if cfg.data.vocab_model else model_dir / "vocab.model"
+        if not vocab_path.is_file():
+            if not chief:
+                raise UserError(f"vocabulary {vocab_path} does not exist; build it before starting the "
+                                "workers (tft build-vocab) so that all of them read the same one")
+            log(f"train: vocabulary {vocab_path} does not exist: building it (data.vocab_size="
+                f"{cfg.data.vocab_size}) with tft build-vocab's code")
+            data_api.build_vocab(cfg.data, vocab_path)
+        cfg.data.vocab_model = str(vocab_path)
+        tokenizer = data_api.Tokenizer(vocab_path)
+    if tokenizer is not None:
+        if cfg.model.vocab_size is None:
+            cfg.model.vocab_size = int(tokenizer.vocab_size)
+        elif cfg.model.vocab_size != tokenizer.vocab_size:
+            raise ConfigError(
+                f"model.vocab_size={cfg.model.vocab_size} but the vocabulary {cfg.data.vocab_model} has "
+                f"{tokenizer.vocab_size} pieces; remove model.vocab_size (it is then taken from the "
+                "vocabulary) or point data.vocab_model at the right file")
+    return tokenizer
+
+
+def _write_config(cfg: Config, path: Path) -> None:
+    import yaml
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = {"name": cfg.name, **cfg.to_dict()} if cfg.name else cfg.to_dict()
+    tmp = path.with_name(".partial-" + path.name)
+    tmp.write_text("# resolved configuration written by tft train\n" + yaml.safe_dump(raw, sort_keys=False))
+    tmp.replace(path)
+
+
+def _copy_vocabulary(tokenizer, model_dir: Path) -> Optional[Path]:
+    if tokenizer is None:
+        return None
+    target = model_dir / "vocab.model"
+    source = getattr(tokenizer, "model_path", None)
+    if source and Path(source).resolve() == target.resolve():
+        return target
+    target.write_bytes(tokenizer.model_proto)
+    if source and Path(source).with_suffix(".vocab").is_file():
+        shutil.copyfile(Path(source).with_suffix(".vocab"), model_dir / "vocab.vocab")
+    return target
+
+
+def _plan(start: int, total: int, per_epoch: int) -> list[tuple[int, int, int]]:
+    """``fit`` calls as ``(initial_epoch, epochs, updates_per_epoch)``: a short first call
+    finishes an epoch interrupted by a restart so later epochs line up with the step count."""
+    plan = []
+    epoch, offset = divmod(start, per_epoch)
+    if start >= total:
+        return plan
+    if offset:
+        plan.append((epoch, epoch + 1, per_epoch - offset))
+        epoch += 1
+    last = math.ceil(total / per_epoch)
+    if epoch < last:
+        plan.append((epoch, last, per_epoch))
+    return plan
+
+
+def train(
+    config: Config,
+    *,
+    model_dir: Union[str, Path, None] = None,
+    strategy: Union[str, tf.distribute.Strategy, None] = None,
+    train_data: DatasetSource = None,
+    valid_data: DatasetSource = None,
+    tokenizer=None,
+    callbacks: tuple = (),
+    verbose: Union[str, int] = "auto",
+    log: Callable[[str], None] = _say,
+) -> TrainResult:
+    """Train ``config``'s model with the paper's recipe; see the module docstring for files.
+
+    Args:
+        config: a :class:`~tf_transformer.config.Config` (``load_config(...)``); not modified.
+        model_dir: overrides ``train.model_dir``.
+        strategy: a strategy object or name (default ``train.strategy``).
+        train_data: ``None`` = ``make_dataset(cfg.data, "train", ...)``; else a function
+            ``InputContext -> tf.data.Dataset`` (batched to the per-replica budget) or, for one
+            replica, a dataset. Elements ``((source_ids, target_input_ids), target_output_ids)``.
+        valid_data: like ``train_data`` for the ``valid`` split; ``False`` = no validation.
+        tokenizer: a :class:`~tf_transformer.data.Tokenizer`; default from ``data.vocab_model``
+            (built first if that file does not exist).
+        callbacks: extra Keras callbacks.
+        verbose: ``model.fit``'s verbose (``"auto"``: progress bar).
+        log: where progress lines go (default stderr).
+
+    Returns:
+        :class:`TrainResult` (``.summary()`` is the one-line report).
+    """
+    cfg = copy.deepcopy(config)
+    if model_dir is not None:
+        cfg.train.model_dir = str(model_dir)
+    model_dir = Path(cfg.train.model_dir)
+    if strategy is None or isinstance(strategy, str):
+        strategy = make_strategy(strategy or cfg.train.strategy)
+    info = task_info(strategy)
+    multiworker = is_multiworker(strategy)
+    if multiworker and cfg.train.max_minutes:
+        raise ConfigError("train.max_minutes cannot be used with the multiworker strategy: each worker's "
+                          "clock would stop it at a different step; set train.train_steps instead")
+    own_dir = model_dir if info.is_chief else model_dir / "workers" / info.name
+
+    need_tokenizer = train_data is None or valid_data is None
+    tokenizer = _resolve_vocabulary(cfg, model_dir, tokenizer, need_tokenizer, info.is_chief, log)
+    cfg.validate(require_vocab=True)
+    if tokenizer is not None and info.is_chief:
+        vocab_copy = _copy_vocabulary(tokenizer, model_dir)
+        cfg.data.vocab_model = str(vocab_copy)
+    else:
+        vocab_copy = None
+
+    k = accumulation_steps_for(cfg.train.tokens_per_update, cfg.data.tokens_per_batch)
+    nominal_tokens = float(k * cfg.data.tokens_per_batch)
+    keras.utils.set_random_seed(cfg.train.seed)
+
+    # -- data --------------------------------------------------------------------------
+    from tf_transformer import data as data_api
+
+    if train_data is None:
+        def train_fn(context):
+            return data_api.make_dataset(cfg.data, "train", tokenizer, training=True, input_context=context,
+                                         verbose=context.input_pipeline_id == 0)
+    else:
+        train_fn = _as_dataset_fn(train_data, "train")
+    validation_steps = cfg.train.validation_steps
+    valid_fn = None
+    if valid_data is None:
+        def valid_fn(context):
+            return data_api.make_dataset(cfg.data, "valid", tokenizer, training=False, input_context=context,
+                                         repeat=multiworker, verbose=False)
+        if multiworker and validation_steps is None:
+            # every worker must run the same number of validation steps: count the whole
+            # set's batches at the per-replica budget (the same on all workers), share them out
+            replicas = strategy.num_replicas_in_sync
+            whole = data_api.make_dataset(cfg.data, "valid", tokenizer, training=False, repeat=False, verbose=False,
+                                          input_context=tf.distribute.InputContext(1, 0, replicas))
+            batches = int(whole.reduce(np.int64(0), lambda n, _: n + 1))
+            validation_steps = max(1, math.ceil(batches / replicas))
+    elif valid_data is not False:
+        valid_fn = _as_dataset_fn(valid_data, "valid")
+        if multiworker and validation_steps is None:
+            raise ConfigError("with the multiworker strategy and your own validation data, set "
+                              "train.validation_steps (every worker must run the same number of steps)")
+    if valid_fn is not None and validation_steps is None:
+        # one counting pass, so that Keras knows the length (progress bar, no "ran out of data")
+        replicas = strategy.num_replicas_in_sync
+        counted = valid_fn(tf.distribute.InputContext(1, 0, replicas))
+        batches = int(counted.reduce(np.int64(0), lambda n, _: n + 1))
+        validation_steps = max(1, math.ceil(batches / replicas))
+
+    # -- model -------------------------------------------------------------------------
+    previous_policy = keras.config.dtype_policy()
+    if cfg.train.mixed_precision and cfg.train.mixed_precision != "float32":
+        keras.config.set_dtype_policy(cfg.train.mixed_precision)
+    try:
+        from tf_transformer.model import Transformer
+
+        with strategy.scope():
+            transformer = Transformer.from_config_section(cfg.model)
+            trainer = TrainingModel(transformer, label_smoothing=cfg.train.label_smoothing,
+                                    accumulation_steps=k, nominal_tokens=nominal_tokens,
+                                    clip_norm=cfg.train.clip_norm)
+            trainer.build()
+            optimizer = make_optimizer(cfg.train, cfg.model.d_model)
+            trainer.compile(optimizer=optimizer, jit_compile=bool(cfg.train.jit_compile))
+            optimizer.build(trainer.trainable_variables)
+    finally:
+        keras.config.set_dtype_policy(previous_policy)
+
+    backup = cb.ResumableBackup(own_dir / "backup", cfg.train.backup_every_steps, k)
+    start_step = backup.restore(trainer) or 0
+    total = cfg.train.train_steps
+    log(f"train: {cfg.name or 'config'}: {describe(strategy)}; "
+        f"{sum(int(np.prod(w.shape)) for w in transformer.weights):,} parameters; "
+        f"{cfg.data.tokens_per_batch:,} tokens per batch x {k} micro-batch(es) per update; "
+        + (f"resuming at step {start_step} from {backup.weights_path}" if start_step else "starting at step 0")
+        + f"; training to step {total}")
+    if cfg.train.jit_compile and not tf.distribute.in_cross_replica_context() and strategy.num_replicas_in_sync > 1:
+        log("train: note: Keras turns XLA (train.jit_compile) off under a tf.distribute strategy")
+
+    if info.is_chief:
+        _write_config(cfg, model_dir / "config.yaml")
+
+    # -- callbacks ---------------------------------------------------------------------
+    checkpoint = cb.TimedCheckpoint(model_dir / "checkpoints", cfg.train.checkpoint_every_minutes,
+                                    cfg.train.keep_checkpoints, k, enabled=info.is_chief, log=log)
+    throughput = _Throughput(trainer.target_tokens_seen, skip=k)
+    budget = cb.WallClockBudget(cfg.train.max_minutes, k, log=log) if cfg.train.max_minutes else None
+    nan = keras.callbacks.TerminateOnNaN()
+    log_dir = (model_dir / "logs") if info.is_chief else None
+    all_callbacks = [cb.StopAtStep(total, start_step, k), nan, checkpoint, backup, throughput]
+    if budget:
+        all_callbacks.append(budget)
+    if log_dir is not None:
+        if _tensorboard_available():
+            all_callbacks.append(keras.callbacks.TensorBoard(log_dir=str(log_dir), update_freq="epoch"))
+        else:
+            log("train: note: the tensorboard package is not installed: no TensorBoard logs "
+                "(pip install tensorboard)")
+            log_dir = None
+    all_callbacks.extend(callbacks)
+
+    train_ds = distribute(strategy, train_fn)
+    valid_ds = distribute(strategy, valid_fn) if valid_fn is not None else None
+
+    history: dict[str, list] = {}
+    stopped = None
+    for initial_epoch, epochs, updates in _plan(start_step, total, cfg.train.steps_per_epoch):
+        h = trainer.fit(train_ds, epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=updates * k,
+                        validation_data=valid_ds, validation_steps=validation_steps, shuffle=False,
+                        callbacks=all_callbacks, verbose=verbose)
+        for key, values in h.history.items():
+            history.setdefault(key, []).extend(float(np.asarray(v).reshape(-1)[0]) for v in values)
+        if budget is not None and budget.stopped:
+            stopped = "max_minutes"
+        if history.get("loss") and not np.isfinite(history["loss"][-1]):
+            stopped = "nan"
+        if stopped:
+            break
+    final_step = cb.current_step(trainer)
+    if stopped != "nan":
+        checkpoint.finish()
+        backup.set_model(trainer)
+        backup._save_model()
+
+    model_path = config_path = None
+    if info.is_chief:
+        model_path = model_dir / "model.keras"
+        tmp = model_dir / ".partial-model.keras"
+        transformer.save(str(tmp))
+        tmp.replace(model_path)
+        config_path = model_dir / "config.yaml"
+        _write_config(cfg, config_path)
+    elif own_dir.exists():
+        pass
+    return TrainResult(
+        model=transformer, config=cfg, model_dir=model_dir, model_path=model_path, config_path=config_path,
+        vocab_path=vocab_copy, checkpoints=[p for _, p in cb.list_checkpoints(model_dir / "checkpoints")],
+        backup_dir=backup.weights_path.parent, log_dir=log_dir, history=history, start_step=start_step,
+        final_step=final_step, accumulation_steps=k, train_seconds=throughput.seconds,
+        target_tokens=throughput.tokens, stopped_early=stopped, strategy=describe(strategy),
+        training_model=trainer)

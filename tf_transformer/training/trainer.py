@@ -1,0 +1,248 @@
+"""``TrainingModel``: the training step of the paper's recipe on top of ``model.fit``.
+
+It wraps a :class:`~tf_transformer.model.Transformer` (whose weights it shares; checkpoints
+and the final ``model.keras`` hold the Transformer alone) and replaces Keras' default
+``train_step``/``test_step`` for three reasons:
+
+1. **Token-weighted loss over the global batch.** Each replica sums the label-smoothed loss
+   over its real target tokens; the per-step token statistics (loss sum, NLL sum, correct
+   predictions, token count) are summed across replicas with one all-reduce; the gradient
+   of the local sum is scaled by ``1 / (global token count)``; the optimizer sums the
+   replicas' gradients. The update is therefore the gradient of *sum of token losses /
+   number of tokens* over the whole global batch, exactly what one device holding all of
+   its sentences computes. (Keras' default would average the replicas' own per-token means,
+   which weighs tokens unevenly when replicas hold different token counts, as token buckets
+   do.) The metrics (loss, perplexity, accuracy) are fed the same global sums.
+
+2. **Gradient accumulation by tokens.** With ``accumulation_steps = k > 1`` each ``fit``
+   step is one micro-batch; gradients of the *sums* are accumulated for ``k`` micro-batches
+   (``k = round(train.tokens_per_update / data.tokens_per_batch)``) and applied once, divided
+   by the number of real target tokens of all ``k`` micro-batches on all replicas. Keras'
+   own ``Optimizer(gradient_accumulation_steps=k)`` averages the ``k`` micro-batch means,
+   which is not the token-weighted mean when token counts differ (they always do), and
+   under ``MirroredStrategy`` its conditional update raises (a ``merge_call`` inside
+   ``tf.cond`` in replica context); here the condition is evaluated in cross-replica
+   context, as Keras' ``LossScaleOptimizer`` does. ``optimizer.iterations`` counts updates,
+   so the learning-rate schedule sees update numbers.
+
+3. **Gradient clipping on the global gradient** (``train.clip_norm``; Keras' ``clipnorm``
+   would clip each replica's local gradient before the all-reduce).
+
+To keep magnitudes like those of a mean (for float16), the loss is scaled by
+``1 / nominal_tokens`` (tokens a full update should hold) before differentiation and the
+accumulated gradient by ``nominal_tokens / actual_tokens`` at the update.
+
+It also carries the small workaround for Keras 3 ``model.fit`` under
+``MultiWorkerMirroredStrategy`` (see :func:`tf_transformer.training.strategy.keras_multiworker_bugs`).
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from tf_transformer.training.losses import Perplexity, TokenAccuracy, TokenMean, token_statistics
+from tf_transformer.training.strategy import is_multiworker, keras_multiworker_bugs
+
+
+class _Counter:
+    """Real target tokens trained on (global count, same on every replica; read from the
+    first). Untracked: it is a statistic, not training state."""
+
+    def __init__(self):
+        self.tokens = tf.Variable(0.0, trainable=False, name="target_tokens_seen",
+                                  synchronization=tf.VariableSynchronization.ON_READ,
+                                  aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+
+class _Accumulators:
+    """Per-replica gradient/token accumulators. A plain object so Keras does not track (and
+    save) them: backups are only written at update boundaries, where they are zero."""
+
+    def __init__(self, variables):
+        sync = dict(trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
+                    aggregation=tf.VariableAggregation.SUM)
+        self.grads = [tf.Variable(tf.zeros(v.shape, "float32"), name=f"accum_{i}", **sync)
+                      for i, v in enumerate(variables)]
+        self.tokens = tf.Variable(0.0, name="accum_tokens", **sync)
+        self.micro_steps = tf.Variable(0, dtype=tf.int64, name="accum_micro_steps", **sync)
+
+
+class TrainingModel(keras.Model):
+    """``model.fit`` wrapper around a Transformer: token-weighted label-smoothed loss,
+    cross-replica normalization, gradient accumulation, global-norm clipping.
+
+    Args:
+        transformer: the :class:`~tf_transformer.model.Transformer` to train.
+        label_smoothing: ``eps_ls``.
+        accumulation_steps: micro-batches per update (``k``).
+        nominal_tokens: target tokens an update is expected to hold (only sets the scale of
+            intermediate values; the update is normalized by the actual count).
+        clip_norm: clip the global gradient norm to this (``None``: no clipping).
+
+    Data: ``((source_ids [batch, S], target_input_ids [batch, T]), target_output_ids [batch, T])``,
+    int, 0 = pad. Logs: ``loss`` (label-smoothed, per real target token; see
+    :mod:`~tf_transformer.training.losses`), ``perplexity`` and ``accuracy``.
+
+    Build it (``trainer.build()``) and compile it under the strategy's scope before ``fit``.
+    """
+
+    def __init__(self, transformer, label_smoothing: float = 0.1, accumulation_steps: int = 1,
+                 nominal_tokens: float = 4096.0, clip_norm=None, **kwargs):
+        kwargs.setdefault("name", "training_model")
+        super().__init__(**kwargs)
+        if accumulation_steps < 1:
+            raise ValueError(f"accumulation_steps={accumulation_steps} must be >= 1")
+        self.transformer = transformer
+        self.label_smoothing = float(label_smoothing)
+        self.accumulation_steps = int(accumulation_steps)
+        self.nominal_tokens = float(nominal_tokens)
+        self.clip_norm = None if clip_norm is None else float(clip_norm)
+        self.pad_id = int(getattr(transformer, "pad_id", 0))
+        self.loss_metric = TokenMean(self.pad_id, name="loss")
+        self.perplexity_metric = Perplexity(self.pad_id, name="perplexity")
+        self.accuracy_metric = TokenAccuracy(self.pad_id, name="accuracy")
+        self._accum = None
+        self._counter = None
+
+    # -- construction ------------------------------------------------------------------
+    def build(self, input_shape=None):
+        if not self.transformer.built:
+            self.transformer.build()
+        if self.accumulation_steps > 1 and self._accum is None:
+            self._accum = _Accumulators(self.transformer.trainable_variables)
+        if self._counter is None:
+            self._counter = _Counter()
+        self.built = True
+
+    def target_tokens_seen(self) -> float:
+        """Real target tokens processed by ``train_step`` so far (all replicas)."""
+        return float(self._counter.tokens.numpy())
+
+    def call(self, inputs, training=None):
+        return self.transformer(inputs, training=training)
+
+    @property
+    def metrics(self):
+        return [self.loss_metric, self.perplexity_metric, self.accuracy_metric]
+
+    # -- steps -------------------------------------------------------------------------
+    def _track(self, stats):
+        """Sum this step's token statistics over replicas, feed the metrics, return the sums
+        ``[loss_sum, nll_sum, correct, tokens]``."""
+        local = tf.stack([stats["loss_sum"], stats["nll_sum"], stats["correct"], stats["tokens"]])
+        context = tf.distribute.get_replica_context()
+        total = context.all_reduce(tf.distribute.ReduceOp.SUM, local) if context is not None else local
+        # Every replica adds the same global sums; ratios survive the SUM on read.
+        self.loss_metric.update_totals(total[0], total[3])
+        self.perplexity_metric.update_totals(total[1], total[3])
+        self.accuracy_metric.update_totals(total[2], total[3])
+        return total
+
+    def _logs(self):
+        logs = {m.name: m.result() for m in self.metrics}
+        if keras_multiworker_bugs().reduces_scalars_on_axis0 and is_multiworker(self.distribute_strategy):
+            # Keras reduces multi-worker step outputs with reduce(MEAN, v, axis=0), which fails
+            # on scalars; the mean over a length-1 axis gives the scalar back.
+            logs = {k: tf.reshape(v, [1]) for k, v in logs.items()}
+        return logs
+
+    def _loss_scale(self):
+        scale = getattr(self.optimizer, "dynamic_scale", None)
+        return 1.0 if scale is None else tf.cast(scale, "float32")
+
+    def _apply(self, grads):
+        """Apply one update from this replica's share of the normalized gradient."""
+        variables = self.trainable_variables
+        if self.clip_norm is not None:
+            context = tf.distribute.get_replica_context()
+            replicas = 1
+            if context is not None:
+                grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+                replicas = context.num_replicas_in_sync
+            grads, _ = tf.clip_by_global_norm(grads, self.clip_norm * self._loss_scale())
+            # the optimizer sums the replicas' gradients again
+            grads = [g / replicas for g in grads] if replicas > 1 else grads
+        self.optimizer.apply(grads, variables)
+
+    def train_step(self, data):
+        (source, target_input), target_output = data
+        variables = self.trainable_variables
+        with tf.GradientTape() as tape:
+            logits = self.transformer((source, target_input), training=True)
+            stats = token_statistics(target_output, logits, self.label_smoothing, self.pad_id)
+            loss = stats["loss_sum"] / self.nominal_tokens
+            loss = self.optimizer.scale_loss(loss)
+        grads = tape.gradient(loss, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        grads = [tf.convert_to_tensor(g) for g in grads]
+        total = self._track(stats)
+        self._counter.tokens.assign_add(total[3])
+        if self.accumulation_steps == 1:
+            factor = self.nominal_tokens / tf.maximum(total[3], 1.0)
+            self._apply([g * factor for g in grads])
+        else:
+            self._accumulate(grads, total[3])
+        return self._logs()
+
+    def _accumulate(self, grads, tokens):
+        acc = self._accum
+        for a, g in zip(acc.grads, grads):
+            a.assign_add(tf.cast(g, a.dtype))
+        acc.tokens.assign_add(tokens)
+        micro = acc.micro_steps.assign_add(1)
+        boundary = tf.equal(micro % self.accumulation_steps, 0)
+
+        def update():
+            factor = self.nominal_tokens / tf.maximum(acc.tokens.read_value(), 1.0)
+            self._apply([a.read_value() * factor for a in acc.grads])
+            for a in acc.grads:
+                a.assign(tf.zeros_like(a))
+            acc.tokens.assign(0.0)
+
+        if tf.__internal__.distribute.strategy_supports_no_merge_call():
+            tf.cond(boundary, lambda: (update(), tf.constant(True))[1], lambda: tf.constant(False))
+            return
+
+        # MirroredStrategy: a merge_call (inside optimizer.apply) may not sit in a tf.cond in
+        # replica context, so take the decision in cross-replica context.
+        def cross_replica(distribution, boundary):
+            take = distribution.experimental_local_results(boundary)[0]
+
+            def apply_everywhere():
+                distribution.extended.call_for_each_replica(update)
+                return tf.constant(True)
+
+            tf.cond(take, apply_everywhere, lambda: tf.constant(False))
+
+        tf.distribute.get_replica_context().merge_call(cross_replica, args=(boundary,))
+
+    def test_step(self, data):
+        (source, target_input), target_output = data
+        logits = self.transformer((source, target_input), training=False)
+        self._track(token_statistics(target_output, logits, self.label_smoothing, self.pad_id))
+        return self._logs()
+
+    # -- Keras 3 under MultiWorkerMirroredStrategy ---------------------------------------
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        strategy = getattr(self, "_distribute_strategy", None)
+        if strategy is None or not keras_multiworker_bugs().reduces_first_batch:
+            return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+        # Upstream averages the first batch across replicas (fails under the collective
+        # strategy and for replicas with differently shaped batches); one local replica's
+        # batch has the shapes it needs.
+        if iterator is not None:
+            for _, _, it in iterator:
+                batch = next(it)
+                data_batch = tf.nest.map_structure(
+                    lambda v: strategy.experimental_local_results(v)[0]
+                    if isinstance(v, tf.distribute.DistributedValues) else v, batch)
+                break
+        with strategy.scope():
+            self._symbolic_build(data_batch=data_batch)
+
+
+def accumulation_steps_for(tokens_per_update, tokens_per_batch: int) -> int:
+    """``k`` micro-batches of ``tokens_per_batch`` nearest to ``tokens_per_update`` (>= 1)."""
+    if not tokens_per_update:
+        return 1
+    return max(1, int(round(tokens_per_update / tokens_per_batch)))

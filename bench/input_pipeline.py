@@ -54,6 +54,7 @@ def main(argv=None) -> int:
         make_dataset,
     )
 
+    load_start = os.getloadavg()[0]
     cfg = load_config(args.config, args.overrides)
     vocab = args.vocab or cfg.data.vocab_model
     if not vocab or not os.path.isfile(vocab):
@@ -111,6 +112,7 @@ def main(argv=None) -> int:
     tgt_rate = sum(tgt_real) / seconds
     lines = [
         ("config", f"{args.config} {' '.join(args.overrides)}".strip()),
+        ("machine", f"{os.cpu_count()} CPUs; load average {load_start:.1f} at start, {os.getloadavg()[0]:.1f} at end"),
         ("corpus (train split)", (f"{stats.origin}: {stats.kept:,} pairs kept of {stats.pairs:,}; "
                                   f"{stats.source_tokens:,} source + {stats.target_tokens:,} target tokens")),
         ("vocabulary", f"{tok.vocab_size:,} pieces ({vocab})"),

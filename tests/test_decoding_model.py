@@ -7,7 +7,11 @@ import tensorflow as tf
 
 from tf_transformer.decoding.beam_search import beam_search
 from tf_transformer.decoding.greedy import greedy_search
-from tf_transformer.decoding.model_fns import cached_decoder, translate_batch, uncached_decoder
+from tf_transformer.decoding.model_fns import (
+    cached_decoder,
+    translate_batch,
+    uncached_decoder,
+)
 from tf_transformer.model import Transformer
 
 BOS, EOS = 2, 3

@@ -40,13 +40,14 @@ Python int or the input shapes are static).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Tuple, Union
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
 __all__ = ["beam_search", "length_penalty"]
 
-SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, Any], Tuple[tf.Tensor, Any]]
+SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, Any], tuple[tf.Tensor, Any]]
 
 _NEG_INF = float("-inf")
 _POS_INF = float("inf")
@@ -91,12 +92,12 @@ def beam_search(
     vocab_size: int,
     beam_size: int,
     alpha: float = 0.6,
-    max_decode_length: Union[int, tf.Tensor] = 256,
+    max_decode_length: int | tf.Tensor = 256,
     eos_id: int = 3,
     max_lengths=None,
     stop_early: bool = True,
     pad_id: int = 0,
-) -> Tuple[tf.Tensor, tf.Tensor]:
+) -> tuple[tf.Tensor, tf.Tensor]:
     """Beam search over ``symbols_to_logits_fn`` (see the module docstring for its contract).
 
     Args:

@@ -72,7 +72,11 @@ def decode_settings(args):
 
 def build_translator(args):
     """Model, tokenizer and :class:`Translator` from the shared arguments."""
-    from tf_transformer.decoding.translator import Translator, load_model, load_tokenizer
+    from tf_transformer.decoding.translator import (
+        Translator,
+        load_model,
+        load_tokenizer,
+    )
 
     cfg, decode = decode_settings(args)
     vocab = args.vocab or (cfg.data.vocab_model if cfg is not None else None)

@@ -7,8 +7,6 @@ Same ``symbols_to_logits_fn(ids, step, cache) -> (logits, cache)`` contract as
 
 from __future__ import annotations
 
-from typing import Tuple, Union
-
 import tensorflow as tf
 
 __all__ = ["greedy_search"]
@@ -18,11 +16,11 @@ def greedy_search(
     symbols_to_logits_fn,
     initial_ids,
     initial_cache,
-    max_decode_length: Union[int, tf.Tensor] = 256,
+    max_decode_length: int | tf.Tensor = 256,
     eos_id: int = 3,
     max_lengths=None,
     pad_id: int = 0,
-) -> Tuple[tf.Tensor, tf.Tensor]:
+) -> tuple[tf.Tensor, tf.Tensor]:
     """Pick the most probable token at every step until EOS or the maximum length.
 
     Args:

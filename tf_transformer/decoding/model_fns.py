@@ -15,7 +15,7 @@ Length rules (documented in ``tft translate --help`` as well):
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple, Union
+from collections.abc import Sequence
 
 import tensorflow as tf
 
@@ -24,11 +24,11 @@ from tf_transformer.decoding.greedy import greedy_search
 
 __all__ = [
     "cached_decoder",
-    "uncached_decoder",
-    "translate_batch",
-    "strip_after_eos",
-    "truncate_source",
     "model_limit",
+    "strip_after_eos",
+    "translate_batch",
+    "truncate_source",
+    "uncached_decoder",
 ]
 
 
@@ -84,12 +84,12 @@ def translate_batch(
     beam_size: int = 4,
     alpha: float = 0.6,
     max_extra_length: int = 50,
-    max_decode_length: Optional[Union[int, tf.Tensor]] = None,
+    max_decode_length: int | tf.Tensor | None = None,
     bos_id: int = 2,
     eos_id: int = 3,
     cached: bool = True,
     stop_early: bool = True,
-) -> Tuple[tf.Tensor, tf.Tensor]:
+) -> tuple[tf.Tensor, tf.Tensor]:
     """Translate a padded batch of source ids.
 
     Args:

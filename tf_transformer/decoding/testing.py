@@ -14,8 +14,10 @@ import os
 import random
 from pathlib import Path
 
-WORDS = ("a dog cat man woman boy girl runs sits walks plays in on the park street with red blue "
-         "ball water grass").split()
+WORDS = [
+    "a", "dog", "cat", "man", "woman", "boy", "girl", "runs", "sits", "walks", "plays",
+    "in", "on", "the", "park", "street", "with", "red", "blue", "ball", "water", "grass",
+]
 
 
 def toy_sentences(n: int = 400, seed: int = 0) -> list:
@@ -35,7 +37,12 @@ def make_tiny_assets(directory, vocab_size: int = 48, d_model: int = 32, max_len
     import keras
     import numpy as np
 
-    from tf_transformer.data.tokenizer import BOS_ID, EOS_ID, Tokenizer, train_sentencepiece
+    from tf_transformer.data.tokenizer import (
+        BOS_ID,
+        EOS_ID,
+        Tokenizer,
+        train_sentencepiece,
+    )
     from tf_transformer.model import Transformer
 
     directory.mkdir(parents=True, exist_ok=True)

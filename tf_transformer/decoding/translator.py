@@ -18,11 +18,11 @@ import dataclasses
 import os
 import sys
 import time
-from typing import Callable, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
 
 from tf_transformer.errors import UserError
 
-__all__ = ["Translator", "TranslationStats", "ProgressBar", "read_lines", "load_model", "load_tokenizer"]
+__all__ = ["ProgressBar", "TranslationStats", "Translator", "load_model", "load_tokenizer", "read_lines"]
 
 
 @dataclasses.dataclass
@@ -76,7 +76,7 @@ class ProgressBar:
     def _text(self, now: float) -> str:
         frac = self.done / max(self.total, 1)
         width = 24
-        filled = int(round(width * frac))
+        filled = round(width * frac)
         elapsed = max(now - self.start, 1e-9)
         rate = self.done / elapsed
         eta = (self.total - self.done) / rate if rate > 0 else float("inf")
@@ -90,7 +90,7 @@ class ProgressBar:
             self.stream.flush()
 
 
-def read_lines(data: bytes, where: str = "<stdin>") -> Tuple[List[str], List[int]]:
+def read_lines(data: bytes, where: str = "<stdin>") -> tuple[list[str], list[int]]:
     """Split raw input into lines (``\\n``, with ``\\r\\n`` accepted) and decode each as
     UTF-8, replacing invalid bytes with U+FFFD. Returns ``(lines, bad_line_numbers)``
     (1-based numbers of the lines that had invalid bytes)."""
@@ -121,7 +121,7 @@ def load_model(path: str):
 
     try:
         model = keras.saving.load_model(path, compile=False)
-    except Exception as e:  # keras raises ValueError/OSError/zipfile errors
+    except Exception as e:  # noqa: BLE001 (keras raises ValueError, OSError, zipfile errors...)
         raise UserError(f"--model {path}: cannot load it as a Keras model ({type(e).__name__}: {e})") from None
     for attr in ("encode", "decode_step", "init_cache", "vocab_size"):
         if not hasattr(model, attr):
@@ -196,8 +196,8 @@ class Translator:
             self._decode = tf.function(decode, input_signature=[tf.TensorSpec([None, None], tf.int32)])
         self._bucket = 8 if jit_compile else 1
 
-    def translate_ids(self, sources: Sequence[Sequence[int]], progress: Optional[Callable[[int], None]] = None
-                      ) -> Tuple[List[List[int]], List[float], TranslationStats]:
+    def translate_ids(self, sources: Sequence[Sequence[int]], progress: Callable[[int], None] | None = None
+                      ) -> tuple[list[list[int]], list[float], TranslationStats]:
         """Decode subword-id sources (no BOS/EOS). Returns ``(outputs, scores, stats)`` in
         input order; outputs have no BOS/EOS/pad. Empty sources give ``[]`` (score 0)."""
         import numpy as np
@@ -210,8 +210,8 @@ class Translator:
                 stats.truncated += 1
                 ids = ids[: self.limit]
             clipped.append(list(ids))
-        outputs: List[List[int]] = [[] for _ in clipped]
-        scores: List[float] = [0.0] * len(clipped)
+        outputs: list[list[int]] = [[] for _ in clipped]
+        scores: list[float] = [0.0] * len(clipped)
         todo = [i for i, ids in enumerate(clipped) if ids]
         skipped = len(clipped) - len(todo)
         if progress and skipped:
@@ -240,13 +240,13 @@ class Translator:
         stats.seconds = time.time() - start
         return outputs, scores, stats
 
-    def translate(self, texts: Sequence[str], progress: Optional[Callable[[int], None]] = None
-                  ) -> Tuple[List[str], List[float], TranslationStats]:
+    def translate(self, texts: Sequence[str], progress: Callable[[int], None] | None = None
+                  ) -> tuple[list[str], list[float], TranslationStats]:
         """Translate detokenized sentences; returns ``(translations, scores, stats)``."""
         texts = list(texts)
         nonempty = [i for i, t in enumerate(texts) if t.strip()]
         encoded = self.tokenizer.encode([texts[i] for i in nonempty]) if nonempty else []
-        sources: List[List[int]] = [[] for _ in texts]
+        sources: list[list[int]] = [[] for _ in texts]
         for i, ids in zip(nonempty, encoded):
             sources[i] = ids
         outputs, scores, stats = self.translate_ids(sources, progress=progress)

@@ -21,20 +21,20 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Dict, List, Sequence
+from collections.abc import Sequence
 
 from tf_transformer.errors import UserError
 
 __all__ = [
     "Score",
-    "compound_split",
-    "tokenize_13a",
-    "sacre_bleu",
     "chrf",
-    "lowercase_bleu",
+    "compound_split",
     "compound_split_bleu",
     "evaluate_translations",
     "format_scores",
+    "lowercase_bleu",
+    "sacre_bleu",
+    "tokenize_13a",
 ]
 
 _HYPHEN_IN_WORD = re.compile(r"(?<=\S)-(?=\S)")
@@ -126,7 +126,7 @@ def compound_split_bleu(hypotheses: Sequence[str], references: Sequence[str]) ->
                  "tok:13a+compound-split(##AT##-##AT##)|case:mixed|" + str(metric.get_signature()))
 
 
-def evaluate_translations(hypotheses: Sequence[str], references: Sequence[str]) -> Dict[str, Score]:
+def evaluate_translations(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, Score]:
     """All four metrics, keyed ``sacrebleu``, ``chrf``, ``bleu_lc``, ``bleu_paper``."""
     return {
         "sacrebleu": sacre_bleu(hypotheses, references),
@@ -136,7 +136,7 @@ def evaluate_translations(hypotheses: Sequence[str], references: Sequence[str]) 
     }
 
 
-def format_scores(scores: Dict[str, Score]) -> List[str]:
+def format_scores(scores: dict[str, Score]) -> list[str]:
     """One labelled line per metric."""
     width = max(len(s.name) for s in scores.values())
     return [s.line(width) for s in scores.values()]

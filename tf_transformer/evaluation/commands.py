@@ -74,7 +74,11 @@ def load_pairs(args, cfg):
 
 
 def run(args: argparse.Namespace) -> int:
-    from tf_transformer.decoding.commands import build_translator, decode_settings, describe
+    from tf_transformer.decoding.commands import (
+        build_translator,
+        decode_settings,
+        describe,
+    )
     from tf_transformer.decoding.translator import ProgressBar
     from tf_transformer.evaluation.bleu import evaluate_translations, format_scores
 

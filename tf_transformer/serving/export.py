@@ -55,8 +55,9 @@ def _module_class():
                      eos_id=3, unk_id=1):
             super().__init__(name="translator")
             self.model = model
-            self._settings = dict(beam_size=int(beam_size), alpha=float(alpha),
-                                  max_extra_length=int(max_extra_length), bos_id=int(bos_id), eos_id=int(eos_id))
+            self._settings = {"beam_size": int(beam_size), "alpha": float(alpha),
+                              "max_extra_length": int(max_extra_length), "bos_id": int(bos_id),
+                              "eos_id": int(eos_id)}
             self._limit = model_limit(model)
             self._vocab_size = int(model.vocab_size)
             self._unk_id = int(unk_id)
@@ -98,7 +99,7 @@ def build_module(model, tokenizer=None, beam_size=4, alpha=0.6, max_extra_length
     cls = _module_class()
     kwargs = {}
     if tokenizer is not None:
-        kwargs = dict(bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, unk_id=tokenizer.unk_id)
+        kwargs = {"bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id, "unk_id": tokenizer.unk_id}
     return cls(model, tokenizer, beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length, **kwargs)
 
 
@@ -119,7 +120,7 @@ def export_model(model, tokenizer, output_dir, version: int = 1, beam_size: int 
             nxt = (max(existing) + 1) if existing else version + 1
             raise UserError(f"{d} already exists; export as --version {nxt} (TF Serving picks the highest) "
                             "or pass --force to replace it")
-    settings = dict(beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length)
+    settings = {"beam_size": beam_size, "alpha": alpha, "max_extra_length": max_extra_length}
 
     written = {}
     for name, target, tok in (("full", full_dir, tokenizer), ("ids_only", ids_dir, None)):

@@ -154,7 +154,7 @@ def cache_speedup(model, tok, sources, args):
 
         @tf.function
         def run(source):
-            fn, cache = maker(model, source, L)
+            fn, cache = maker(model, source, L, beam_size=beam)
 
             def fn_no_eos(ids, step, cache):
                 logits, cache = fn(ids, step, cache)

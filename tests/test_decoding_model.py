@@ -64,7 +64,7 @@ def test_uncached_fn_matches_forward_pass(model, source):
     tgt = tf.concat([tf.fill([source.shape[0], 1], BOS), tgt], axis=1)
     full = model((source, tgt), training=False).numpy()
     fn_c, cache = cached_decoder(model, source, 6)
-    fn_u, ucache = uncached_decoder(model, source)
+    fn_u, ucache = uncached_decoder(model, source)  # beam_size=1: batch-major as is
     for step in range(6):
         lc, cache = fn_c(tgt, tf.constant(step), cache)
         lu, _ = fn_u(tgt, tf.constant(step), ucache)

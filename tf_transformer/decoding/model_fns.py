@@ -42,34 +42,78 @@ def truncate_source(ids: Sequence[int], limit: int) -> list:
     return list(ids[:limit])
 
 
-def cached_decoder(model, source_ids, max_decode_length):
+# Cache entries that are the same for every hypothesis of a sentence (the source side).
+# They are kept out of the search state so beam search does not reorder them each step.
+_SOURCE_SIDE = ("source_mask", "cross_key", "cross_value")
+
+
+def _split_cache(cache):
+    """``(source_side, per_hypothesis)`` parts of a nested cache dict."""
+    static, dynamic = {}, {}
+    for key, value in cache.items():
+        if isinstance(value, dict):
+            s, d = _split_cache(value)
+            if s:
+                static[key] = s
+            if d:
+                dynamic[key] = d
+        elif key in _SOURCE_SIDE:
+            static[key] = value
+        else:
+            dynamic[key] = value
+    return static, dynamic
+
+
+def _join_cache(static, dynamic):
+    out = dict(dynamic)
+    for key, value in static.items():
+        out[key] = _join_cache(value, out.get(key, {})) if isinstance(value, dict) else value
+    return out
+
+
+def cached_decoder(model, source_ids, max_decode_length, beam_size: int = 1):
     """``(symbols_to_logits_fn, initial_cache)`` using the model's key/value cache.
 
-    Runs the encoder once; the cache holds each layer's cross-attention keys/values
-    (computed once per sentence) and self-attention buffers for ``max_decode_length``
-    positions, all batch-major (beam search tiles and reorders them).
+    Runs the encoder once. The source side of the cache (each layer's cross-attention
+    keys/values, computed once per sentence, and the source mask) is repeated
+    ``beam_size`` times here and captured by the function, so the search never gathers
+    it; ``initial_cache`` holds only the self-attention buffers for
+    ``max_decode_length`` positions (batch-major: beam search tiles and reorders them).
+    With the default ``beam_size=1`` it suits greedy search; for beam search pass the
+    beam size (hypotheses are beam-major within each sentence, as in
+    :func:`tf_transformer.decoding.beam_search.beam_search`).
     """
     memory, source_mask = model.encode(source_ids, training=False)
     cache = model.init_cache(memory, source_mask, max_decode_length)  # int or int32 tensor
+    static, dynamic = _split_cache(cache)
+    if beam_size > 1:
+        static = tf.nest.map_structure(lambda t: tf.repeat(t, beam_size, axis=0), static)
 
     def symbols_to_logits_fn(ids, step, cache):
-        return model.decode_step(ids[:, step], step, cache)
+        logits, new_cache = model.decode_step(ids[:, step], step, _join_cache(static, cache))
+        return logits, _split_cache(new_cache)[1]
 
-    return symbols_to_logits_fn, cache
+    return symbols_to_logits_fn, dynamic
 
 
-def uncached_decoder(model, source_ids, max_decode_length=None):
+def uncached_decoder(model, source_ids, max_decode_length=None, beam_size: int = 1):
     """``(symbols_to_logits_fn, initial_cache)`` without a key/value cache: every step
-    re-runs the whole decoder over the prefix ``ids[:, :step+1]`` (the encoder output is
-    still computed once). Slow by design; the reference for tests and the benchmark."""
+    re-runs the whole decoder over the prefix ``ids[:, :step+1]``. The encoder output is
+    still computed once (and, like the cached decoder's source side, repeated
+    ``beam_size`` times and kept out of the search state), so the two differ only in the
+    decoder's key/value cache. Slow by design; the reference for tests and the benchmark.
+    ``initial_cache`` is empty."""
     memory, source_mask = model.encode(source_ids, training=False)
+    if beam_size > 1:
+        memory = tf.repeat(memory, beam_size, axis=0)
+        source_mask = tf.repeat(source_mask, beam_size, axis=0)
 
     def symbols_to_logits_fn(ids, step, cache):
         prefix = ids[:, : step + 1]
-        logits = model.decode(prefix, cache["memory"], cache["source_mask"], training=False)
+        logits = model.decode(prefix, memory, source_mask, training=False)
         return logits[:, -1], cache
 
-    return symbols_to_logits_fn, {"memory": memory, "source_mask": source_mask}
+    return symbols_to_logits_fn, {}
 
 
 def strip_after_eos(ids: tf.Tensor, eos_id: int, pad_id: int = 0) -> tf.Tensor:
@@ -124,8 +168,10 @@ def translate_batch(
     source_lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, pad_id), tf.int32), axis=1)
     max_lengths = tf.minimum(source_lengths + int(max_extra_length), limit)
 
-    make = cached_decoder if cached else uncached_decoder
-    fn, cache = make(model, source_ids, max_decode_length)
+    if cached:
+        fn, cache = cached_decoder(model, source_ids, max_decode_length, beam_size=max(int(beam_size), 1))
+    else:
+        fn, cache = uncached_decoder(model, source_ids, max_decode_length, beam_size=max(int(beam_size), 1))
     batch = tf.shape(source_ids)[0]
     initial_ids = tf.fill([batch], tf.constant(bos_id, tf.int32))
     if beam_size <= 1:

@@ -311,7 +311,7 @@ def evaluate_row(model, cfg: Config, tokenizer, beam_size: int, alpha: float, bl
 def run_ablation(rows: Union[str, Sequence[str]], output_dir, *, base_config: Union[str, Config] = "multi30k_small",
                  overrides: Sequence[str] = (), steps: Optional[int] = None, minutes: Optional[float] = None,
                  beam_size: Optional[int] = None, bleu_sentences: Optional[int] = None, strategy=None,
-                 verbose="auto", log: Callable[[str], None] = _say) -> AblationResult:
+                 validate: bool = True, verbose="auto", log: Callable[[str], None] = _say) -> AblationResult:
     """Train and score Table 3 rows (plus ``base``) at small scale; write the report.
 
     Args:
@@ -324,6 +324,8 @@ def run_ablation(rows: Union[str, Sequence[str]], output_dir, *, base_config: Un
         beam_size: decoding beam for BLEU (default ``decode.beam_size``; 1 = greedy).
         bleu_sentences: score only the first N test sentences (default: all).
         strategy: ``tf.distribute`` strategy or name (default ``train.strategy``).
+        validate: validate after every epoch while training (learning curves in each row's
+            ``logs/``); the reported PPL is measured after training either way.
     """
     import keras
 
@@ -393,7 +395,7 @@ def run_ablation(rows: Union[str, Sequence[str]], output_dir, *, base_config: Un
         row_dir.mkdir(parents=True, exist_ok=True)
         # a fresh in-graph tokenizer per row: clearing the Keras session drops the old one's resource
         result = train(cfg, model_dir=row_dir, strategy=strategy, tokenizer=data_api.Tokenizer(proto),
-                       verbose=verbose, log=log)
+                       valid_data=None if validate else False, verbose=verbose, log=log)
         minutes_used = (time.time() - start) / 60.0
         model = keras.saving.load_model(str(result.model_path), compile=False)
         scores = evaluate_row(model, cfg, data_api.Tokenizer(proto), beam, base.decode.alpha, bleu_sentences, log)
@@ -446,6 +448,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bleu-sentences", type=int, default=None, help="score only the first N test sentences")
     parser.add_argument("--strategy", choices=("auto", "default", "mirrored"), default=None,
                         help="distribution strategy (default train.strategy)")
+    parser.add_argument("--no-validation", action="store_true",
+                        help="skip the validation pass after each epoch of training (PPL is measured at the end)")
     parser.add_argument("--output", "-o", help="output directory (required unless --list)")
     parser.add_argument("--list", action="store_true", help="print the row mapping and exit")
     parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=2, help="model.fit verbosity (default 2)")
@@ -460,6 +464,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--output DIR is required (where report.md, report.png and results.json go)")
     result = run_ablation(args.rows, args.output, base_config=args.base_config, overrides=args.overrides,
                           steps=args.steps, minutes=args.minutes, beam_size=args.beam_size,
-                          bleu_sentences=args.bleu_sentences, strategy=args.strategy, verbose=args.verbose)
+                          bleu_sentences=args.bleu_sentences, strategy=args.strategy,
+                          validate=not args.no_validation, verbose=args.verbose)
     print(f"tft ablate: {result.summary()}")
     return 0

@@ -1,0 +1,132 @@
+"""Keras Tuner hypermodel and search: building trials, tiny searches end to end, the results table."""
+
+import csv
+
+import keras
+import keras_tuner as kt
+import pytest
+
+from tf_transformer.cli import main
+from tf_transformer.config import ConfigError, load_config
+from tf_transformer.model import count_parameters
+from tf_transformer.tuning import SearchSpace, TransformerHyperModel, run_search
+from tf_transformer.tuning.search import format_markdown
+from tf_transformer.tuning.testing import tiny_overrides
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tune-data")
+    overrides = tiny_overrides(root)
+    return {"root": root, "overrides": overrides, "config": load_config("multi30k_small", overrides)}
+
+
+def test_build_uses_the_trial_values(tiny, tmp_path):
+    hm = TransformerHyperModel(tiny["config"], SearchSpace(num_heads=(2, 8), num_layers=(1, 3), d_ff=(48,),
+                                                            dropout=(0.0, 0.25)), vocab_dir=tmp_path)
+    hp = kt.HyperParameters()
+    hp.Fixed("num_heads", 8)
+    hp.Fixed("num_layers", 1)
+    hp.Fixed("dropout", 0.25)
+    model = hm.build(hp)
+    t = model.transformer
+    assert (t.num_heads, t.key_dim, t.value_dim, t.num_layers, t.d_ff, t.d_model) == (8, 4, 4, 1, 48, 32)
+    assert t.dropout_rate == pytest.approx(0.25)
+    assert t.vocab_size == hm.tokenizer.vocab_size == 300  # vocabulary built into vocab_dir
+    assert (tmp_path / "vocab.model").is_file()
+    assert model.optimizer is not None and model.label_smoothing == pytest.approx(0.1)
+    # the values registered on hp are the ones the hypermodel reports
+    assert hm.declare(hp) == {"num_heads": 8, "num_layers": 1, "d_ff": 48, "dropout": 0.25}
+
+
+def test_search_space_checks():
+    with pytest.raises(ConfigError, match="num_heads=3 does not divide model.d_model=32"):
+        SearchSpace(num_heads=(2, 3)).validate(32)
+    with pytest.raises(ConfigError, match="dropout=1.0"):
+        SearchSpace(dropout=(0.0, 1.0)).validate(32)
+    with pytest.raises(ConfigError, match="empty"):
+        SearchSpace(d_ff=()).validate(32)
+    space = SearchSpace.around(load_config("multi30k_small").model)
+    assert space.num_heads == (1, 2, 4, 8, 16) and space.num_layers == (2, 3, 4) and space.d_ff == (512, 1024)
+
+
+def _read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.slow
+def test_tft_tune_random_two_trials(tiny, tmp_path, capsys):
+    out = tmp_path / "tune"
+    code = main(["tune", "--config", "multi30k_small", *sum((["--set", o] for o in tiny["overrides"]), []),
+                 "--output", str(out), "--algorithm", "random", "--max-trials", "2", "--steps-per-trial", "2",
+                 "--steps-per-epoch", "1", "--heads", "2,4", "--layers", "1,2", "--d-ff", "32,64",
+                 "--dropout", "0,0.1", "--bleu", "--bleu-sentences", "5", "--verbose", "0"])
+    assert code == 0
+    summary = capsys.readouterr().out
+    assert "2 trial(s) completed of 2" in summary and str(out / "results.md") in summary
+    rows = _read_csv(out / "results.csv")
+    assert len(rows) == 2 and {r["status"] for r in rows} == {"COMPLETED"}
+    seen = set()
+    for r in rows:
+        h, n, dff = int(r["num_heads"]), int(r["num_layers"]), int(r["d_ff"])
+        seen.add((h, n, dff, float(r["dropout"])))
+        assert int(r["key_dim"]) == 32 // h
+        assert float(r["steps"]) == 2 and float(r["epochs"]) <= 2
+        assert float(r["objective"]) == pytest.approx(float(r["val_loss"]))
+        assert 0.0 <= float(r["val_bleu"]) <= 100.0 and float(r["val_perplexity"]) > 1.0
+        # the parameter count is the one of the model with these values
+        cfg = load_config("multi30k_small", tiny["overrides"] + [
+            f"model.num_heads={h}", f"model.num_layers={n}", f"model.d_ff={dff}", "model.vocab_size=300"])
+        from tf_transformer.model import Transformer
+
+        keras.backend.clear_session()
+        model = Transformer.from_config_section(cfg.model)
+        model.build()
+        assert float(r["params_m"]) * 1e6 == pytest.approx(count_parameters(model))
+    assert len(seen) == 2
+    md = (out / "results.md").read_text()
+    assert md.count("| COMPLETED |") == 2 and "val_bleu" in md and " * |" in md
+    best = load_config(str(out / "best_config.yaml"))
+    best_row = min(rows, key=lambda r: float(r["objective"]))
+    assert best.model.num_heads == int(best_row["num_heads"]) and best.model.d_ff == int(best_row["d_ff"])
+    assert best.model.key_dim == 32 // best.model.num_heads
+
+    # rerunning resumes: nothing left to do, the table is rewritten with the same trials
+    assert main(["tune", "--config", "multi30k_small", *sum((["--set", o] for o in tiny["overrides"]), []),
+                 "--output", str(out), "--max-trials", "2", "--steps-per-trial", "2", "--steps-per-epoch", "1",
+                 "--heads", "2,4", "--layers", "1,2", "--d-ff", "32,64", "--dropout", "0,0.1", "--bleu",
+                 "--bleu-sentences", "5", "--verbose", "0"]) == 0
+    assert _read_csv(out / "results.csv") == rows
+
+
+@pytest.mark.slow
+def test_hyperband_under_a_distribution_strategy(tiny, tmp_path):
+    import tensorflow as tf
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    result = run_search(tiny["config"], tmp_path / "hb", algorithm="hyperband", steps_per_trial=2, steps_per_epoch=1,
+                        search_space=SearchSpace(num_heads=(1, 4), num_layers=(1,), d_ff=(32,), dropout=(0.0, 0.1)),
+                        strategy=strategy, verbose=0, log=lambda m: None)
+    assert result.tuner.distribution_strategy is strategy
+    assert len(result.rows) >= 2 and all(r["status"] == "COMPLETED" for r in result.rows)
+    for r in result.rows:
+        assert r["steps"] == r["epochs"]  # one update per epoch, epochs from Hyperband's bracket
+    assert result.results_md.is_file() and result.results_csv.is_file()
+    assert result.best["objective"] == min(r["objective"] for r in result.rows)
+
+
+def test_results_table_format():
+    rows = [{"trial": "0", "status": "COMPLETED", "num_heads": 4, "key_dim": 8, "num_layers": 2, "d_ff": 64,
+             "dropout": 0.1, "epochs": 2, "steps": 4.0, "params_m": 0.0512, "objective": 4.25, "val_loss": 4.25,
+             "val_perplexity": 70.1, "val_accuracy": 0.1, "val_bleu": None, "train_minutes": 0.25},
+            {"trial": "1", "status": "FAILED", "num_heads": 2, "key_dim": 16, "num_layers": 1, "d_ff": 32,
+             "dropout": 0.0, "epochs": None, "steps": None, "params_m": None, "objective": None, "val_loss": None,
+             "val_perplexity": None, "val_accuracy": None, "val_bleu": None, "train_minutes": None}]
+    md = format_markdown(rows, "val_loss", best_trial="0")
+    lines = md.strip().splitlines()
+    assert lines[0].startswith("Objective: `val_loss` (min)")
+    assert "val_bleu" not in md  # never measured: no column
+    assert lines[-2] == "| 0 * | COMPLETED | 4 | 8 | 2 | 64 | 0.1 | 2 | 4 | 0.05 | 4.2500 | 4.2500 | 70.1000 | " \
+                        "0.1000 | 0.2 |"
+    assert lines[-1].startswith("| 1 | FAILED | 2 | 16 | 1 | 32 | 0 |")

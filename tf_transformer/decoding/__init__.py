@@ -1,1 +1,35 @@
+"""Decoding: beam search with the GNMT length penalty and greedy search, both in TF ops
+over a ``symbols_to_logits_fn(ids, step, cache)``; adapters from the Transformer; the
+batch translator behind ``tft translate``.
 
+::
+
+    from tf_transformer.decoding import beam_search, greedy_search, translate_batch, Translator
+    ids, scores = translate_batch(model, source_ids, beam_size=4, alpha=0.6, max_extra_length=50)
+
+Names are imported on first use (TensorFlow loads only then).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "beam_search": "beam_search",
+    "length_penalty": "beam_search",
+    "greedy_search": "greedy",
+    "cached_decoder": "model_fns",
+    "uncached_decoder": "model_fns",
+    "translate_batch": "model_fns",
+    "Translator": "translator",
+}
+
+__all__ = ["Translator", "beam_search", "cached_decoder", "greedy_search", "length_penalty", "translate_batch", "uncached_decoder"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

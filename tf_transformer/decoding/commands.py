@@ -35,7 +35,7 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-extra-len", type=int, default=None,
                         help="output may be up to input length + this many tokens (default 50)")
     parser.add_argument("--batch-size", type=int, default=None, help="sentences per batch (default 64)")
-    parser.add_argument("--xla", action="store_true", help="compile the decoding graph with XLA")
+    parser.add_argument("--xla", action="store_true", help="compile the decoding graph with XLA (one compilation per batch shape: pays off only on long jobs)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 

@@ -71,6 +71,8 @@ def test_two_rows_end_to_end_and_resume(tiny, tmp_path, capsys):
         assert 1.0 < r["ppl"] < 300.0 * 1.5 and 0.0 <= r["bleu"] <= 100.0
         assert (out / "rows" / r["row"] / "model.keras").is_file()
         assert r["paper"]["ppl"] == TABLE3[r["preset"]][0]
+        for key in ("bleu_lowercase", "bleu_tokenized", "chrf"):
+            assert 0.0 <= r[key] <= 100.0
     # learned positions add max_length x d_model weights, nothing else
     assert e["params"] - base["params"] == 64 * 32
     md = (out / "report.md").read_text()

@@ -182,6 +182,8 @@ def format_report(results: dict) -> str:
         f"sacreBLEU (`{results.get('bleu_signature', '')}`) on {sentences}the test split "
         f"({data.get('test', '?')}), "
         f"{decoding}; **our params**: all weights, shared embedding included.",
+        "- `results.json` also holds, per row, lowercased 13a BLEU (as Multi30k papers report), the paper's "
+        "tokenized compound-split BLEU and chrF2 of the same translations.",
         "- **paper**: newstest2013 (dev) perplexity per word-piece and BLEU of the base model's variations "
         "(WMT14 En-De, 100K steps); params blank in the paper where they equal base's (65M).",
         "- Absolute values are not comparable (other data, vocabulary and size); compare each row's difference "
@@ -302,10 +304,12 @@ def evaluate_row(model, cfg: Config, tokenizer, beam_size: int, alpha: float, bl
     log(f"ablate:   validation perplexity {ppl['perplexity']:.3f}; translating {len(sources)} test sentences "
         + ("greedily" if beam_size == 1 else f"(beam {beam_size})"))
     bleu = corpus_bleu(model, tokenizer, sources, references, beam_size=beam_size, alpha=alpha,
-                       max_extra_length=cfg.decode.max_extra_length, batch_size=cfg.decode.batch_size)
+                       max_extra_length=cfg.decode.max_extra_length, batch_size=cfg.decode.batch_size,
+                       all_metrics=True)
     return {"ppl": ppl["perplexity"], "valid_nll": ppl["nll"], "valid_accuracy": ppl["accuracy"],
-            "bleu": bleu["bleu"], "bleu_signature": bleu["signature"], "bleu_sentences": bleu["sentences"],
-            "decode_seconds": bleu["seconds"]}
+            "bleu": bleu["bleu"], "bleu_signature": bleu["signature"], "bleu_lowercase": bleu["bleu_lowercase"],
+            "bleu_tokenized": bleu["bleu_tokenized"], "chrf": bleu["chrf"], "bleu_sentences": bleu["sentences"],
+            "decode_seconds": round(bleu["seconds"], 1)}
 
 
 def run_ablation(rows: Union[str, Sequence[str]], output_dir, *, base_config: Union[str, Config] = "multi30k_small",

@@ -4,7 +4,8 @@
   split, batched by ``make_dataset`` (label smoothing plays no part, whatever the model was
   trained with).
 * :func:`corpus_bleu`: translate sentences with :class:`~tf_transformer.decoding.translator.Translator`
-  (``beam_size=1``: greedy) and score them with sacreBLEU (detokenized, cased, 13a).
+  (``beam_size=1``: greedy) and score them with sacreBLEU (detokenized, cased, 13a), and
+  optionally the other metrics of :mod:`tf_transformer.evaluation.bleu`.
 """
 
 from __future__ import annotations
@@ -31,14 +32,17 @@ def split_perplexity(model, data_config, tokenizer, split: str = "valid", steps:
 
 
 def corpus_bleu(model, tokenizer, sources: Sequence[str], references: Sequence[str], beam_size: int = 1,
-                alpha: float = 0.6, max_extra_length: int = 50, batch_size: int = 64, progress=None) -> dict:
-    """Translate ``sources`` and score against ``references`` with sacreBLEU.
+                alpha: float = 0.6, max_extra_length: int = 50, batch_size: int = 64, progress=None,
+                all_metrics: bool = False) -> dict:
+    """Translate ``sources`` and score against ``references`` with sacreBLEU
+    (:mod:`tf_transformer.evaluation.bleu`).
 
-    Returns ``{"bleu", "signature", "sentences", "seconds", "hypotheses"}``.
+    Returns ``{"bleu", "signature", "sentences", "seconds", "hypotheses"}``; with
+    ``all_metrics`` also ``bleu_lowercase`` (lowercased 13a BLEU, comparable with Multi30k
+    papers), ``bleu_tokenized`` (the paper's tokenized, compound-split BLEU) and ``chrf``.
     """
-    import sacrebleu
-
     from tf_transformer.decoding.translator import Translator
+    from tf_transformer.evaluation import bleu as metrics
 
     if len(sources) != len(references):
         raise ValueError(f"{len(sources)} sources but {len(references)} references")
@@ -46,7 +50,11 @@ def corpus_bleu(model, tokenizer, sources: Sequence[str], references: Sequence[s
     translator = Translator(model, tokenizer, beam_size=beam_size, alpha=alpha,
                             max_extra_length=max_extra_length, batch_size=batch_size)
     hypotheses, _, _ = translator.translate(list(sources), progress=progress)
-    metric = sacrebleu.metrics.BLEU()
-    score = metric.corpus_score(hypotheses, [list(references)])
-    return {"bleu": float(score.score), "signature": str(metric.get_signature()),
-            "sentences": len(sources), "seconds": time.time() - start, "hypotheses": hypotheses}
+    score = metrics.sacre_bleu(hypotheses, references)
+    out = {"bleu": float(score.score), "signature": score.signature, "sentences": len(sources),
+           "seconds": time.time() - start, "hypotheses": hypotheses}
+    if all_metrics:
+        out["bleu_lowercase"] = float(metrics.lowercase_bleu(hypotheses, references).score)
+        out["bleu_tokenized"] = float(metrics.compound_split_bleu(hypotheses, references).score)
+        out["chrf"] = float(metrics.chrf(hypotheses, references).score)
+    return out

@@ -116,6 +116,26 @@ def test_hyperband_under_a_distribution_strategy(tiny, tmp_path):
     assert result.best["objective"] == min(r["objective"] for r in result.rows)
 
 
+@pytest.mark.slow
+def test_hypermodel_in_a_plain_keras_tuner_with_a_time_budget(tiny, tmp_path):
+    messages = []
+    hm = TransformerHyperModel(tiny["config"], SearchSpace(num_heads=(2,), num_layers=(1,), d_ff=(32,),
+                                                            dropout=(0.0,)),
+                               vocab_dir=tmp_path, max_minutes=1e-4, verbose=0, log=messages.append)
+    tuner = kt.RandomSearch(hypermodel=hm, objective="val_loss", max_trials=1, directory=str(tmp_path),
+                            project_name="direct")
+    tuner.search(epochs=1, steps_per_epoch=20)
+    trial = tuner.oracle.get_best_trials(1)[0]
+    # the wall-clock budget stopped training after the first update (then it validated)
+    assert trial.metrics.get_last_value("steps") == 1
+    assert any("max_minutes" in m for m in messages)
+    assert trial.score == pytest.approx(trial.metrics.get_last_value("val_loss"))
+    best = tuner.get_best_models(1)[0]  # rebuilt from hp and the trial's checkpoint
+    assert best.transformer.num_heads == 2 and best.transformer.key_dim == 16
+    assert tuner.get_best_hyperparameters(1)[0].values == {"num_heads": 2, "num_layers": 1, "d_ff": 32,
+                                                           "dropout": 0.0}
+
+
 def test_results_table_format():
     rows = [{"trial": "0", "status": "COMPLETED", "num_heads": 4, "key_dim": 8, "num_layers": 2, "d_ff": 64,
              "dropout": 0.1, "epochs": 2, "steps": 4.0, "params_m": 0.0512, "objective": 4.25, "val_loss": 4.25,

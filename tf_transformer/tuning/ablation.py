@@ -337,7 +337,7 @@ def run_ablation(rows: Union[str, Sequence[str]], output_dir, *, base_config: Un
     from tf_transformer.data import sources as data_sources
     from tf_transformer.model import count_parameters
     from tf_transformer.training.loop import train
-    from tf_transformer.training.strategy import describe, make_strategy
+    from tf_transformer.training.strategy import describe, is_multiworker, make_strategy
 
     chosen = parse_rows(rows) if isinstance(rows, str) else parse_rows(",".join(rows))
     chosen = ["base"] + [r for r in chosen if r != "base"]
@@ -376,6 +376,9 @@ def run_ablation(rows: Union[str, Sequence[str]], output_dir, *, base_config: Un
 
     if strategy is None or isinstance(strategy, str):
         strategy = make_strategy(strategy or base.train.strategy)
+    if is_multiworker(strategy):
+        raise UserError("tft ablate runs on one machine (one process writes the report); unset TF_CONFIG "
+                        "or pass --strategy mirrored")
     results["strategy"] = describe(strategy)
     results["machine"] = _machine()
     results["tokens_per_batch"] = base.data.tokens_per_batch

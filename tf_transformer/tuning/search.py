@@ -245,7 +245,7 @@ def run_search(config: Config, output_dir, *, algorithm: str = "random", max_tri
         overwrite: restart instead of resuming an existing project in ``output_dir``.
         verbose: ``model.fit``'s verbosity.
     """
-    from tf_transformer.training.strategy import make_strategy
+    from tf_transformer.training.strategy import is_multiworker, make_strategy
 
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -256,6 +256,9 @@ def run_search(config: Config, output_dir, *, algorithm: str = "random", max_tri
     epochs = max(1, math.ceil(steps_per_trial / steps_per_epoch))
     if strategy is None or isinstance(strategy, str):
         strategy = make_strategy(strategy or config.train.strategy)
+    if is_multiworker(strategy):
+        raise ConfigError("tft tune runs on one machine (Keras Tuner's distribution_strategy supports "
+                          "single-worker strategies only); unset TF_CONFIG or pass --strategy mirrored")
     hypermodel = TransformerHyperModel(config, search_space, vocab_dir=output_dir, steps_per_epoch=steps_per_epoch,
                                        max_minutes=minutes_per_trial, objective=objective, bleu=bleu,
                                        bleu_sentences=bleu_sentences, verbose=verbose, log=log)

@@ -73,6 +73,22 @@ def test_tiny_model_overfits_reverse_task(tmp_path):
     # running again after the end does no training
     again = train(cfg, train_data=dataset_fn(batches), valid_data=False, verbose=0)
     assert again.start_step == again.final_step == 300
+    # without the backup, starting over in the same directory is refused (nothing overwritten)
+    import shutil
+
+    from tf_transformer.errors import UserError
+
+    shutil.rmtree(run / "backup")
+    with pytest.raises(UserError, match="already holds 1 checkpoint"):
+        train(cfg, train_data=dataset_fn(batches), valid_data=False, verbose=0)
+    # a backup of another architecture is reported, not a traceback
+    cfg.model.d_model, cfg.model.d_ff, cfg.train.train_steps = 32, 64, 2
+    other = train(cfg, model_dir=tmp_path / "other", train_data=dataset_fn(batches), valid_data=False, verbose=0)
+    shutil.copytree(tmp_path / "other" / "backup", run / "backup")
+    cfg.model.d_model, cfg.model.d_ff, cfg.train.train_steps = 64, 128, 300
+    with pytest.raises(UserError, match="cannot resume"):
+        train(cfg, train_data=dataset_fn(batches), valid_data=False, verbose=0)
+    assert other.final_step == 2
 
 
 @pytest.mark.slow
@@ -93,6 +109,8 @@ def test_mirrored_two_cpus_equals_one_device(tmp_path):
     for key in ("weight_diff", "accumulated_weight_diff", "mirrored_accumulated_weight_diff"):
         assert r[key] < 1e-5 * max(1.0, r["update_size"]), key
     assert r["iterations"] == [1, 1, 1, 1]  # accumulation: 2 micro-batches made one update
+    # evaluation of 3 batches on 2 replicas (the last step has one) counts every token once
+    assert r["eval_loss"] == pytest.approx([r["eval_loss"][1]] * 4, rel=1e-5)
 
 
 def _free_ports(n):

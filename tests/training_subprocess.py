@@ -6,6 +6,7 @@
 """
 
 import json
+import math
 import os
 import sys
 
@@ -54,6 +55,11 @@ def mirrored(out):
         before = [w.numpy().copy() for w in model.transformer.weights]
         hist = model.fit(distribute(strategy, fn), steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
         after = [w.numpy() for w in model.transformer.weights]
+        # evaluation over an odd number of batches (the last step leaves a replica without one)
+        evaluation = model.evaluate(distribute(strategy, dataset_fn([batch_a, both, batch_b], repeat=False)),
+                                    steps=math.ceil(3 / strategy.num_replicas_in_sync), verbose=0,
+                                    return_dict=True)
+        hist.history["eval_loss"] = [evaluation["loss"]]
         return hist.history, before, after, int(keras.ops.convert_to_numpy(opt.iterations))
 
     mirrored_strategy = make_strategy("mirrored", ["/cpu:0", "/cpu:1"])
@@ -76,7 +82,9 @@ def mirrored(out):
         "mirrored_accuracy": m_hist["accuracy"][0], "single_accuracy": s_hist["accuracy"][0],
         "init_diff": diff(m_before, s_before), "update_size": diff(s_before, s_after),
         "weight_diff": diff(m_after, s_after), "accumulated_weight_diff": diff(a_after, s_after),
-        "iterations": [m_iter, s_iter, a_iter, mm_iter], "mirrored_accumulated_loss": mm_hist["loss"][0],
+        "iterations": [m_iter, s_iter, a_iter, mm_iter],
+        "eval_loss": [m_hist["eval_loss"][0], s_hist["eval_loss"][0], a_hist["eval_loss"][0],
+                      mm_hist["eval_loss"][0]], "mirrored_accumulated_loss": mm_hist["loss"][0],
         "mirrored_accumulated_weight_diff": diff(mm_after, s_after),
     }, open(out, "w"))
 

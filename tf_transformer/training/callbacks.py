@@ -112,6 +112,9 @@ class TimedCheckpoint(_UpdateCounting):
         if step == self._last_step:
             return None
         path = self.directory / f"ckpt-{step}.weights.h5"
+        if self._last_step is None and path.is_file():  # a rerun of a finished run
+            self._last_step = step
+            return None
         _atomic_save_weights(self.get_layer(self.model), path)
         self._last_step = step
         self.saved.append(path)
@@ -170,7 +173,13 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         update step, or ``None`` when there is no backup."""
         if not self.exists():
             return None
-        model.load_weights(str(self.weights_path))
+        try:
+            model.load_weights(str(self.weights_path))
+        except Exception as e:  # shape/structure mismatch, unreadable file
+            from tf_transformer.errors import UserError
+
+            raise UserError(f"cannot resume from {self.weights_path}: {e} (was the model config changed? "
+                            "use a new --model-dir, or remove the backup to start over)") from None
         step = current_step(model)
         self.last_saved_step = step
         return step

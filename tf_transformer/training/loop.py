@@ -191,6 +191,7 @@ def _write_config(cfg: Config, path: Path) -> None:
 def _copy_vocabulary(tokenizer, model_dir: Path) -> Optional[Path]:
     if tokenizer is None:
         return None
+    model_dir.mkdir(parents=True, exist_ok=True)
     target = model_dir / "vocab.model"
     source = getattr(tokenizer, "model_path", None)
     if source and Path(source).resolve() == target.resolve():
@@ -330,6 +331,13 @@ def train(
 
     backup = cb.ResumableBackup(own_dir / "backup", cfg.train.backup_every_steps, k)
     start_step = backup.restore(trainer) or 0
+    if start_step == 0 and info.is_chief:
+        old = cb.list_checkpoints(model_dir / "checkpoints")
+        if old or (model_dir / "model.keras").exists():
+            what = f"{len(old)} checkpoint(s) in {model_dir / 'checkpoints'}" if old else str(model_dir / "model.keras")
+            raise UserError(f"{model_dir} already holds {what} but no backup to resume from "
+                            f"({backup.weights_path}); training from step 0 would mix or overwrite another "
+                            "run: use a new --model-dir or remove the old files")
     total = cfg.train.train_steps
     log(f"train: {cfg.name or 'config'}: {describe(strategy)}; "
         f"{sum(int(np.prod(w.shape)) for w in transformer.weights):,} parameters; "
@@ -380,6 +388,7 @@ def train(
             break
     final_step = cb.current_step(trainer)
     if stopped != "nan":
+        checkpoint.set_model(trainer)
         checkpoint.finish()
         backup.set_model(trainer)
         backup._save_model()

@@ -222,15 +222,27 @@ class TrainingModel(keras.Model):
         self._track(token_statistics(target_output, logits, self.label_smoothing, self.pad_id))
         return self._logs()
 
-    # -- Keras 3 under MultiWorkerMirroredStrategy ---------------------------------------
+    # -- Keras 3 model.fit under a tf.distribute strategy ---------------------------------
+    def _needs_symbolic_build(self) -> bool:
+        unbuilt = not all(layer.built for layer in self._flatten_layers())
+        for attr in ("_compile_metrics", "_compile_loss"):
+            obj = getattr(self, attr, None)
+            unbuilt = unbuilt or (obj is not None and not obj.built)
+        return unbuilt
+
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        """Keras reads the first batch and averages it across replicas (``strategy.reduce``)
+        to build the model. That fails under the collective (multi-worker) strategy and when
+        replicas hold differently shaped batches (token buckets), and under any strategy it
+        reads the persistent validation iterator before resetting it, which raises
+        StopIteration once a finite validation set has been read to its end. Our model is
+        built before ``fit``: then no batch is read at all; otherwise one local replica's
+        batch gives the shapes. Active only while Keras still has the reduce
+        (:func:`~tf_transformer.training.strategy.keras_multiworker_bugs`)."""
         strategy = getattr(self, "_distribute_strategy", None)
         if strategy is None or not keras_multiworker_bugs().reduces_first_batch:
             return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
-        # Upstream averages the first batch across replicas (fails under the collective
-        # strategy and for replicas with differently shaped batches); one local replica's
-        # batch has the shapes it needs.
-        if iterator is not None:
+        if data_batch is None and iterator is not None and self._needs_symbolic_build():
             for _, _, it in iterator:
                 batch = next(it)
                 data_batch = tf.nest.map_structure(

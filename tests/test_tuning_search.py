@@ -50,6 +50,20 @@ def test_search_space_checks():
     assert space.num_heads == (1, 2, 4, 8, 16) and space.num_layers == (2, 3, 4) and space.d_ff == (512, 1024)
 
 
+def test_reported_epoch_is_the_best_by_the_objective(tiny, tmp_path):
+    history = {"loss": [5.0, 4.0, 3.5], "val_loss": [4.5, 4.1, 4.3], "val_accuracy": [0.1, 0.3, 0.2]}
+    hm = TransformerHyperModel(tiny["config"], vocab_dir=tmp_path)
+    assert hm._pick_epoch(history) == {"loss": 4.0, "val_loss": 4.1, "val_accuracy": 0.3, "epoch": 2.0}
+    hm.objective = "val_accuracy"
+    assert hm._pick_epoch(history)["epoch"] == 2.0
+    # BLEU is measured after training, on the final weights: the last epoch's numbers go with it
+    hm = TransformerHyperModel(tiny["config"], vocab_dir=tmp_path, objective="val_bleu")
+    assert hm.bleu and hm._pick_epoch(history)["epoch"] == 3.0
+    # a diverged epoch (NaN) is never the best
+    hm.objective = "val_loss"
+    assert hm._pick_epoch({"val_loss": [float("nan"), 4.2]})["epoch"] == 2.0
+
+
 def _read_csv(path):
     with open(path, newline="") as f:
         return list(csv.DictReader(f))

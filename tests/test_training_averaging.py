@@ -5,7 +5,6 @@ import pytest
 
 from tf_transformer.errors import UserError
 from tf_transformer.training.averaging import average_checkpoints, average_run
-from tf_transformer.training.callbacks import TimedCheckpoint, list_checkpoints
 from tf_transformer.training.loop import _write_config
 from tf_transformer.training.testing import tiny_config
 
@@ -36,7 +35,7 @@ def _write_run(tmp_path, steps=(100, 200, 300, 400)):
 
 
 def test_average_is_the_arithmetic_mean(tmp_path):
-    cfg, written = _write_run(tmp_path)
+    _, written = _write_run(tmp_path)
     result = average_run(tmp_path, last=3)
     assert result["steps"] == [200, 300, 400] and result["output"] == tmp_path / "averaged.keras"
     import keras
@@ -66,30 +65,3 @@ def test_average_errors(tmp_path):
         average_run(tmp_path)
     with pytest.raises(UserError, match="no checkpoints"):
         average_checkpoints(None, [])
-
-
-def test_timed_checkpoint_keeps_last_k(tmp_path):
-    import keras
-
-    cfg = tiny_config(16)
-    cfg.model.num_layers = 1
-    transformer = _model(cfg)
-
-    class Holder(keras.Model):  # what fit sees: a model with .transformer and .optimizer
-        def __init__(self):
-            super().__init__()
-            self.transformer = transformer
-
-    holder = Holder()
-    holder.optimizer = keras.optimizers.Adam()
-    holder.optimizer.build(transformer.trainable_variables)
-    ckpt = TimedCheckpoint(tmp_path, every_minutes=0.0, keep=3, accumulation_steps=2)
-    ckpt.set_model(holder)
-    ckpt.on_train_begin()
-    for batch in range(10):
-        if batch % 2 == 0:
-            holder.optimizer.iterations.assign_add(1)
-        ckpt.on_train_batch_end(batch)  # saves only at update boundaries (every 2nd batch)
-    assert [s for s, _ in list_checkpoints(tmp_path)] == [3, 4, 5]
-    assert ckpt.finish() is None  # step 5 is already saved
-    assert not list(tmp_path.glob(".partial-*"))

@@ -192,7 +192,7 @@ def test_killed_run_resumes_at_last_backup(tmp_path):
     reached = int(progress.read_text())
     assert reached > saved, (reached, saved)
     print(f"killed at step {reached}, last backup at {saved}: {reached - saved} updates lost")
-    out = subprocess.run(cmd, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(cmd, check=False, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["start_step"] == saved and result["first_step"] == saved
@@ -233,7 +233,7 @@ train: {{train_steps: 6, steps_per_epoch: 3, warmup_steps: 4, checkpoint_every_m
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "tf_transformer.cli", "train", "--config", str(config), "--model-dir", str(run),
            "--set", "train.train_steps=4", "train.label_smoothing=0.2", "--verbose", "2"]
-    out = subprocess.run(cmd, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=400)
+    out = subprocess.run(cmd, check=False, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-2000:]
     summary = out.stdout.strip().splitlines()[-1]
     assert summary.startswith("trained steps 0->4") and str(run / "model.keras") in summary
@@ -244,6 +244,6 @@ train: {{train_steps: 6, steps_per_epoch: 3, warmup_steps: 4, checkpoint_every_m
     assert resolved["model"]["vocab_size"] == 60 and resolved["train"]["label_smoothing"] == 0.2
     assert resolved["data"]["vocab_model"] == str(run / "vocab.model")
     out = subprocess.run([sys.executable, "-m", "tf_transformer.cli", "average", "--model-dir", str(run),
-                          "--last", "3"], env=_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
+                          "--last", "3"], check=False, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().startswith("averaged 1 checkpoint(s)") and (run / "averaged.keras").is_file()

@@ -5,7 +5,11 @@ import numpy as np
 import pytest
 
 from tf_transformer.config import TrainConfig
-from tf_transformer.training.schedule import TransformerSchedule, make_optimizer, paper_learning_rate
+from tf_transformer.training.schedule import (
+    TransformerSchedule,
+    make_optimizer,
+    paper_learning_rate,
+)
 
 
 def formula(step, d_model, warmup, scale=1.0):

@@ -13,7 +13,7 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 V = 16
 
@@ -66,7 +66,7 @@ def mirrored(out):
     m_hist, m_before, m_after, m_iter = run(mirrored_strategy, dataset_fn(None, per_replica=[[batch_a], [batch_b]]))
     s_hist, s_before, s_after, s_iter = run(tf.distribute.get_strategy(), dataset_fn([both]))
     # one device, two micro-batches accumulated = one update of A+B too
-    a_hist, a_before, a_after, a_iter = run(tf.distribute.get_strategy(), dataset_fn([batch_a, batch_b]),
+    a_hist, _, a_after, a_iter = run(tf.distribute.get_strategy(), dataset_fn([batch_a, batch_b]),
                                             accumulation=2, steps=2)
     # two replicas, two micro-batches each, accumulated
     mm_hist, _, mm_after, mm_iter = run(mirrored_strategy,
@@ -76,7 +76,7 @@ def mirrored(out):
     def diff(x, y):
         return max(float(np.max(np.abs(p - q))) for p, q in zip(x, y))
 
-    json.dump({
+    result = {
         "mirrored_loss": m_hist["loss"][0], "single_loss": s_hist["loss"][0],
         "accumulated_loss": a_hist["loss"][0],
         "mirrored_accuracy": m_hist["accuracy"][0], "single_accuracy": s_hist["accuracy"][0],
@@ -86,7 +86,9 @@ def mirrored(out):
         "eval_loss": [m_hist["eval_loss"][0], s_hist["eval_loss"][0], a_hist["eval_loss"][0],
                       mm_hist["eval_loss"][0]], "mirrored_accumulated_loss": mm_hist["loss"][0],
         "mirrored_accumulated_weight_diff": diff(mm_after, s_after),
-    }, open(out, "w"))
+    }
+    with open(out, "w") as f:
+        json.dump(result, f)
 
 
 def multiworker(out, model_dir):
@@ -102,10 +104,12 @@ def multiworker(out, model_dir):
     result = train(cfg, strategy=strategy, train_data=dataset_fn(batches), valid_data=dataset_fn(batches[:2]),
                    verbose=0)
     weights = result.model.get_weights()
-    json.dump({"chief": info.is_chief, "final_step": result.final_step, "history": result.history,
-               "replicas": strategy.num_replicas_in_sync,
-               "checksum": float(sum(float(np.sum(np.abs(w))) for w in weights)),
-               "model_path": str(result.model_path) if result.model_path else None}, open(out, "w"))
+    report = {"chief": info.is_chief, "final_step": result.final_step, "history": result.history,
+              "replicas": strategy.num_replicas_in_sync,
+              "checksum": float(sum(float(np.sum(np.abs(w))) for w in weights)),
+              "model_path": str(result.model_path) if result.model_path else None}
+    with open(out, "w") as f:
+        json.dump(report, f)
 
 
 def resume(model_dir, steps, progress_file):

@@ -35,7 +35,7 @@ _EXPORTS = {
     "list_checkpoints": "callbacks",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str):

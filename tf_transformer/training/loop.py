@@ -41,7 +41,14 @@ from tf_transformer.config import Config, ConfigError
 from tf_transformer.errors import UserError
 from tf_transformer.training import callbacks as cb
 from tf_transformer.training.schedule import make_optimizer
-from tf_transformer.training.strategy import distribute, describe, is_multiworker, make_strategy, task_info
+from tf_transformer.training.strategy import (
+    describe,
+    distribute,
+    is_default,
+    is_multiworker,
+    make_strategy,
+    task_info,
+)
 from tf_transformer.training.trainer import TrainingModel, accumulation_steps_for
 
 DatasetSource = Union[None, bool, tf.data.Dataset, Callable[[tf.distribute.InputContext], tf.data.Dataset]]
@@ -344,7 +351,7 @@ def train(
         f"{cfg.data.tokens_per_batch:,} tokens per batch x {k} micro-batch(es) per update; "
         + (f"resuming at step {start_step} from {backup.weights_path}" if start_step else "starting at step 0")
         + f"; training to step {total}")
-    if cfg.train.jit_compile and not tf.distribute.in_cross_replica_context() and strategy.num_replicas_in_sync > 1:
+    if cfg.train.jit_compile and not is_default(strategy):
         log("train: note: Keras turns XLA (train.jit_compile) off under a tf.distribute strategy")
 
     if info.is_chief:

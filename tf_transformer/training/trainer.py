@@ -41,7 +41,12 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from tf_transformer.training.losses import Perplexity, TokenAccuracy, TokenMean, token_statistics
+from tf_transformer.training.losses import (
+    Perplexity,
+    TokenAccuracy,
+    TokenMean,
+    token_statistics,
+)
 from tf_transformer.training.strategy import is_multiworker, keras_multiworker_bugs
 
 
@@ -60,8 +65,8 @@ class _Accumulators:
     save) them: backups are only written at update boundaries, where they are zero."""
 
     def __init__(self, variables):
-        sync = dict(trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
-                    aggregation=tf.VariableAggregation.SUM)
+        sync = {"trainable": False, "synchronization": tf.VariableSynchronization.ON_READ,
+                "aggregation": tf.VariableAggregation.SUM}
         self.grads = [tf.Variable(tf.zeros(v.shape, "float32"), name=f"accum_{i}", **sync)
                       for i, v in enumerate(variables)]
         self.tokens = tf.Variable(0.0, name="accum_tokens", **sync)
@@ -257,4 +262,4 @@ def accumulation_steps_for(tokens_per_update, tokens_per_batch: int) -> int:
     """``k`` micro-batches of ``tokens_per_batch`` nearest to ``tokens_per_update`` (>= 1)."""
     if not tokens_per_update:
         return 1
-    return max(1, int(round(tokens_per_update / tokens_per_batch)))
+    return max(1, round(tokens_per_update / tokens_per_batch))

@@ -1,0 +1,81 @@
+"""Callbacks: timed checkpoints (keep last K), stopping at a step, wall-clock budget."""
+
+import keras
+
+from tf_transformer.training.callbacks import StopAtStep, TimedCheckpoint, WallClockBudget, list_checkpoints
+from tf_transformer.training.testing import tiny_config
+
+
+class _Holder(keras.Model):
+    """What fit sees: a model with ``.transformer`` and an optimizer whose step we drive."""
+
+    def __init__(self, transformer):
+        super().__init__()
+        self.transformer = transformer
+
+
+def _holder():
+    from tf_transformer.model import Transformer
+
+    cfg = tiny_config(16)
+    cfg.model.num_layers = 1
+    transformer = Transformer.from_config_section(cfg.model)
+    transformer.build()
+    holder = _Holder(transformer)
+    holder.optimizer = keras.optimizers.Adam()
+    holder.optimizer.build(transformer.trainable_variables)
+    return holder
+
+
+def test_timed_checkpoint_keeps_last_k(tmp_path):
+    holder = _holder()
+    ckpt = TimedCheckpoint(tmp_path, every_minutes=0.0, keep=3, accumulation_steps=2)
+    ckpt.set_model(holder)
+    ckpt.on_train_begin()
+    for batch in range(10):
+        if batch % 2 == 0:
+            holder.optimizer.iterations.assign_add(1)
+        ckpt.on_train_batch_end(batch)  # saves only at update boundaries (every 2nd batch)
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [3, 4, 5]
+    assert ckpt.finish() is None  # step 5 is already saved
+    assert not list(tmp_path.glob(".partial-*"))
+    (tmp_path / "ckpt-x.weights.h5").write_text("")  # not ours: ignored
+    assert len(list_checkpoints(tmp_path)) == 3
+
+
+def test_timed_checkpoint_waits_for_the_interval(tmp_path):
+    holder = _holder()
+    ckpt = TimedCheckpoint(tmp_path, every_minutes=10.0, keep=3)
+    ckpt.set_model(holder)
+    ckpt.on_train_begin()
+    for batch in range(5):
+        holder.optimizer.iterations.assign_add(1)
+        ckpt.on_train_batch_end(batch)
+    assert list_checkpoints(tmp_path) == []
+    ckpt.finish()
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [5]
+
+
+def test_stop_at_step_counts_updates():
+    holder = _holder()
+    stop = StopAtStep(last_step=7, start_step=5, accumulation_steps=3)
+    stop.set_model(holder)
+    holder.stop_training = False
+    for batch in range(5):
+        stop.on_train_batch_end(batch)
+    assert not holder.stop_training  # 5 batches = 1 update + 2 micro-batches: step 6
+    stop.on_train_batch_end(5)
+    assert holder.stop_training  # 6 batches = 2 updates: step 7
+
+
+def test_wall_clock_budget_stops_at_an_update_boundary():
+    holder = _holder()
+    messages = []
+    budget = WallClockBudget(max_minutes=1e-9, accumulation_steps=2, log=messages.append)
+    budget.set_model(holder)
+    holder.stop_training = False
+    budget.on_train_begin()
+    budget.on_train_batch_end(0)
+    assert not holder.stop_training  # mid-update
+    budget.on_train_batch_end(1)
+    assert holder.stop_training and budget.stopped and "max_minutes" in messages[0]

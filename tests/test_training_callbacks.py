@@ -2,7 +2,12 @@
 
 import keras
 
-from tf_transformer.training.callbacks import StopAtStep, TimedCheckpoint, WallClockBudget, list_checkpoints
+from tf_transformer.training.callbacks import (
+    StopAtStep,
+    TimedCheckpoint,
+    WallClockBudget,
+    list_checkpoints,
+)
 from tf_transformer.training.testing import tiny_config
 
 

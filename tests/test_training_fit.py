@@ -247,3 +247,33 @@ train: {{train_steps: 6, steps_per_epoch: 3, warmup_steps: 4, checkpoint_every_m
                           "--last", "3"], check=False, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().startswith("averaged 1 checkpoint(s)") and (run / "averaged.keras").is_file()
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_float16"])
+def test_global_norm_clipping(policy):
+    """train.clip_norm clips the global gradient (also under loss scaling)."""
+    import keras
+
+    from tf_transformer.model import Transformer
+    from tf_transformer.training.trainer import TrainingModel
+
+    batches = task_batches(1, 4, 16)
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(policy)
+    try:
+        keras.utils.set_random_seed(1)
+        model = TrainingModel(Transformer(vocab_size=16, d_model=32, num_layers=1, num_heads=4, d_ff=64, dropout=0.0),
+                              clip_norm=0.01, nominal_tokens=32)
+        model.build()
+        optimizer = keras.optimizers.SGD(1.0)
+        if policy == "mixed_float16":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        model.compile(optimizer=optimizer)
+        optimizer.build(model.trainable_variables)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    before = [w.numpy().copy() for w in model.trainable_variables]
+    model.fit(dataset_fn(batches)(None), steps_per_epoch=1, epochs=1, verbose=0)
+    after = [w.numpy() for w in model.trainable_variables]
+    norm = np.sqrt(sum(float(np.sum((a - b) ** 2)) for a, b in zip(after, before)))
+    assert norm == pytest.approx(0.01, rel=1e-3)

@@ -272,11 +272,6 @@ def train(
     need_tokenizer = train_data is None or valid_data is None
     tokenizer = _resolve_vocabulary(cfg, model_dir, tokenizer, need_tokenizer, info.is_chief, log)
     cfg.validate(require_vocab=True)
-    if tokenizer is not None and info.is_chief:
-        vocab_copy = _copy_vocabulary(tokenizer, model_dir)
-        cfg.data.vocab_model = str(vocab_copy)
-    else:
-        vocab_copy = None
 
     k = accumulation_steps_for(cfg.train.tokens_per_update, cfg.data.tokens_per_batch)
     nominal_tokens = float(k * cfg.data.tokens_per_batch)
@@ -354,7 +349,11 @@ def train(
     if cfg.train.jit_compile and not is_default(strategy):
         log("train: note: Keras turns XLA (train.jit_compile) off under a tf.distribute strategy")
 
+    vocab_copy = None
     if info.is_chief:
+        if tokenizer is not None:
+            vocab_copy = _copy_vocabulary(tokenizer, model_dir)
+            cfg.data.vocab_model = str(vocab_copy)
         _write_config(cfg, model_dir / "config.yaml")
 
     # -- callbacks ---------------------------------------------------------------------

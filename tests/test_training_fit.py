@@ -61,7 +61,10 @@ def test_tiny_model_overfits_reverse_task(tmp_path):
     assert (run / "config.yaml").is_file()
     assert [p.name for p in result.checkpoints] == ["ckpt-300.weights.h5"]
     assert (run / "backup" / "latest.weights.h5").is_file()
-    assert list((run / "logs").glob("train/events.out.tfevents.*"))
+    import importlib.util
+
+    if importlib.util.find_spec("tensorboard"):  # a dependency of tf-transformer; without it: no logs
+        assert list((run / "logs").glob("train/events.out.tfevents.*"))
     assert "model " + str(run / "model.keras") in result.summary()
     # the saved model predicts what the trained one does
     import keras

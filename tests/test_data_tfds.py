@@ -4,8 +4,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-
-tfds = pytest.importorskip("tensorflow_datasets")
+import tensorflow_datasets as tfds
 
 from tf_transformer.config import DataConfig
 from tf_transformer.data import (

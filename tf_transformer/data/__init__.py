@@ -15,7 +15,7 @@ Ids: pad 0, unk 1, bos 2, eos 3 (see ``tokenizer``). Names are imported on first
 
 from __future__ import annotations
 
-import importlib
+from tf_transformer._lazy import lazy_exports
 
 _EXPORTS = {
     "Tokenizer": "tokenizer",
@@ -47,15 +47,4 @@ __all__ = [
     "split_files",
 ]
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
-        value = getattr(module, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(list(globals()) + list(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

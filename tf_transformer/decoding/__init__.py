@@ -12,7 +12,7 @@ Names are imported on first use (TensorFlow loads only then).
 
 from __future__ import annotations
 
-import importlib
+from tf_transformer._lazy import lazy_exports
 
 _EXPORTS = {
     "beam_search": "beam_search",
@@ -26,10 +26,4 @@ _EXPORTS = {
 
 __all__ = ["Translator", "beam_search", "cached_decoder", "greedy_search", "length_penalty", "translate_batch", "uncached_decoder"]
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

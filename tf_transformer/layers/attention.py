@@ -164,7 +164,7 @@ class MultiHeadAttention(keras.layers.Layer):
         y = ops.matmul(x, ops.cast(ops.concatenate(kernels, axis=1), x.dtype))
         if self.use_bias:
             y = y + ops.cast(ops.concatenate([self.query_bias, self.key_bias, self.value_bias]), x.dtype)
-        hk, hv = self.num_heads * self.key_dim, self.num_heads * self.value_dim
+        hk = self.num_heads * self.key_dim
         b, t = ops.shape(x)[0], ops.shape(x)[1]
 
         def heads(part, depth):

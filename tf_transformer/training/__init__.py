@@ -16,7 +16,7 @@ Modules: ``schedule`` (learning rate, Adam), ``losses`` (loss and metrics), ``tr
 
 from __future__ import annotations
 
-import importlib
+from tf_transformer._lazy import lazy_exports
 
 _EXPORTS = {
     "train": "loop",
@@ -37,9 +37,4 @@ _EXPORTS = {
 
 __all__ = list(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
-        return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

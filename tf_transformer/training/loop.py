@@ -40,7 +40,6 @@ import tensorflow as tf
 from tf_transformer.config import Config, ConfigError
 from tf_transformer.errors import UserError
 from tf_transformer.training import callbacks as cb
-from tf_transformer.training.schedule import make_optimizer
 from tf_transformer.training.strategy import (
     describe,
     distribute,
@@ -49,7 +48,7 @@ from tf_transformer.training.strategy import (
     make_strategy,
     task_info,
 )
-from tf_transformer.training.trainer import TrainingModel, accumulation_steps_for
+from tf_transformer.training.trainer import accumulation_steps_for, build_training_model
 
 DatasetSource = Union[None, bool, tf.data.Dataset, Callable[[tf.distribute.InputContext], tf.data.Dataset]]
 
@@ -274,7 +273,6 @@ def train(
     cfg.validate(require_vocab=True)
 
     k = accumulation_steps_for(cfg.train.tokens_per_update, cfg.data.tokens_per_batch)
-    nominal_tokens = float(k * cfg.data.tokens_per_batch)
     keras.utils.set_random_seed(cfg.train.seed)
 
     # -- data --------------------------------------------------------------------------
@@ -313,23 +311,9 @@ def train(
         validation_steps = max(1, math.ceil(batches / replicas))
 
     # -- model -------------------------------------------------------------------------
-    previous_policy = keras.config.dtype_policy()
-    if cfg.train.mixed_precision and cfg.train.mixed_precision != "float32":
-        keras.config.set_dtype_policy(cfg.train.mixed_precision)
-    try:
-        from tf_transformer.model import Transformer
-
-        with strategy.scope():
-            transformer = Transformer.from_config_section(cfg.model)
-            trainer = TrainingModel(transformer, label_smoothing=cfg.train.label_smoothing,
-                                    accumulation_steps=k, nominal_tokens=nominal_tokens,
-                                    clip_norm=cfg.train.clip_norm)
-            trainer.build()
-            optimizer = make_optimizer(cfg.train, cfg.model.d_model)
-            trainer.compile(optimizer=optimizer, jit_compile=bool(cfg.train.jit_compile))
-            optimizer.build(trainer.trainable_variables)
-    finally:
-        keras.config.set_dtype_policy(previous_policy)
+    with strategy.scope():
+        trainer = build_training_model(cfg)
+    transformer = trainer.transformer
 
     backup = cb.ResumableBackup(own_dir / "backup", cfg.train.backup_every_steps, k)
     start_step = backup.restore(trainer) or 0

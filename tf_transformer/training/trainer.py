@@ -263,3 +263,28 @@ def accumulation_steps_for(tokens_per_update, tokens_per_batch: int) -> int:
     if not tokens_per_update:
         return 1
     return max(1, round(tokens_per_update / tokens_per_batch))
+
+
+def build_training_model(cfg) -> "TrainingModel":
+    """A new Transformer for ``cfg.model`` inside a compiled :class:`TrainingModel` with the
+    paper's optimizer (``cfg.train``), built under ``cfg.train.mixed_precision`` (the global
+    dtype policy is restored afterwards). Call it inside ``strategy.scope()`` to distribute.
+    Used by :func:`tf_transformer.training.train` and the Keras Tuner hypermodel."""
+    from tf_transformer.model import Transformer
+    from tf_transformer.training.schedule import make_optimizer
+
+    k = accumulation_steps_for(cfg.train.tokens_per_update, cfg.data.tokens_per_batch)
+    previous = keras.config.dtype_policy()
+    if cfg.train.mixed_precision and cfg.train.mixed_precision != "float32":
+        keras.config.set_dtype_policy(cfg.train.mixed_precision)
+    try:
+        transformer = Transformer.from_config_section(cfg.model)
+        trainer = TrainingModel(transformer, label_smoothing=cfg.train.label_smoothing, accumulation_steps=k,
+                                nominal_tokens=float(k * cfg.data.tokens_per_batch), clip_norm=cfg.train.clip_norm)
+        trainer.build()
+        optimizer = make_optimizer(cfg.train, cfg.model.d_model)
+        trainer.compile(optimizer=optimizer, jit_compile=bool(cfg.train.jit_compile))
+        optimizer.build(trainer.trainable_variables)
+    finally:
+        keras.config.set_dtype_policy(previous)
+    return trainer

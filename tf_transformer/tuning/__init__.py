@@ -24,7 +24,7 @@ Modules: ``hypermodel`` (:class:`TransformerHyperModel`, :class:`SearchSpace`), 
 
 from __future__ import annotations
 
-import importlib
+from tf_transformer._lazy import lazy_exports
 
 _EXPORTS = {
     "TransformerHyperModel": "hypermodel",
@@ -48,15 +48,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        module = importlib.import_module(f"{__name__}.{_EXPORTS[name]}")
-        value = getattr(module, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(list(globals()) + list(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -204,29 +204,12 @@ class TransformerHyperModel(kt.HyperModel):
     # -- HyperModel API ----------------------------------------------------------------
     def build(self, hp):
         """A compiled ``TrainingModel`` around the Transformer chosen by ``hp``."""
-        from tf_transformer.model import Transformer
-        from tf_transformer.training.schedule import make_optimizer
-        from tf_transformer.training.trainer import TrainingModel, accumulation_steps_for
+        from tf_transformer.training.trainer import build_training_model
 
         self.prepare()
         cfg = self.trial_config(self.declare(hp))
         keras.utils.set_random_seed(cfg.train.seed)
-        k = accumulation_steps_for(cfg.train.tokens_per_update, cfg.data.tokens_per_batch)
-        previous = keras.config.dtype_policy()
-        if cfg.train.mixed_precision and cfg.train.mixed_precision != "float32":
-            keras.config.set_dtype_policy(cfg.train.mixed_precision)
-        try:
-            transformer = Transformer.from_config_section(cfg.model)
-            trainer = TrainingModel(transformer, label_smoothing=cfg.train.label_smoothing, accumulation_steps=k,
-                                    nominal_tokens=float(k * cfg.data.tokens_per_batch),
-                                    clip_norm=cfg.train.clip_norm)
-            trainer.build()
-            optimizer = make_optimizer(cfg.train, cfg.model.d_model)
-            trainer.compile(optimizer=optimizer, jit_compile=bool(cfg.train.jit_compile))
-            optimizer.build(trainer.trainable_variables)
-        finally:
-            keras.config.set_dtype_policy(previous)
-        return trainer
+        return build_training_model(cfg)
 
     def datasets(self, cfg: Config, strategy):
         """``(train, valid)`` for ``model.fit`` from ``cfg.data``, split over ``strategy``'s replicas."""

@@ -29,6 +29,13 @@ Variants (``--variants`` takes a comma list, or ``all``); ``-xla`` = ``jit_compi
 * ``head_fusedce``, ``head_fusedce-xla``: the same with the loss written around TF's fused
   ``sparse_softmax_cross_entropy_with_logits`` (one kernel for log-softmax + gather + its
   gradient) plus the smoothing term.
+* ``head_densece``, ``head_densece-xla``, ``step_densece``, ``step_densece-xla``: the loss as
+  TF's fused ``softmax_cross_entropy_with_logits`` against the smoothed target distribution
+  written out densely (``one_hot(y, V, 1 - eps, eps / (V - 1))``): the kernel returns the
+  loss and its gradient ``softmax - labels`` in one pass over the logits.
+* ``head_xlaloss``, ``step_xlaloss``: our loss unchanged but wrapped in its own
+  ``tf.function(jit_compile=True)`` inside an otherwise non-XLA step, so XLA fuses the
+  elementwise work over the logits while the matmuls stay on TensorFlow's kernels.
 * ``step_pad``: full step on a batch where ``--pad-fraction`` of the target and source
   positions are padding (trailing, random lengths); ``step_pad_gather``: the same batch,
   but the decoder's output is gathered at the real target tokens before the vocabulary
@@ -59,7 +66,8 @@ sys.path[:0] = [os.path.dirname(HERE), HERE]
 
 ALL = ("fwd", "fwd-xla", "fwd_loss", "grad", "grad-xla", "step", "step-xla", "fit", "fit-xla",
        "step_nodrop", "step_nodrop-xla", "step_fusedqkv", "step_fusedqkv-xla", "head", "head-xla",
-       "head_fusedce", "head_fusedce-xla", "step_pad", "step_pad_gather", "matmul", "matmul-xla", "matmuls", "matmuls-xla")
+       "head_fusedce", "head_fusedce-xla", "head_densece", "head_densece-xla", "head_xlaloss", "step_densece", "step_densece-xla", "step_xlaloss",
+       "step_pad", "step_pad_gather", "matmul", "matmul-xla", "matmuls", "matmuls-xla")
 
 
 def fused_qkv_attention_class():
@@ -109,6 +117,23 @@ def fused_loss(targets, logits, eps=0.1):
     loss = (1 - eps - low) * nll + low * (v * lse - tf.reduce_sum(logits, axis=-1))
     mask = tf.cast(tf.not_equal(targets, 0), tf.float32)
     return tf.reduce_sum(loss * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
+
+
+def dense_ce_loss(targets, logits, eps=0.1):
+    """Label-smoothed loss through TF's fused dense ``softmax_cross_entropy_with_logits``.
+
+    Equals :func:`tf_transformer.training.losses.label_smoothed_loss` (the smoothing
+    entropy is subtracted here too, a constant).
+    """
+    import tensorflow as tf
+
+    from tf_transformer.training.losses import smoothing_entropy
+
+    v = logits.shape[-1]
+    labels = tf.one_hot(targets, v, on_value=1.0 - eps, off_value=eps / (v - 1), dtype=logits.dtype)
+    ce = tf.nn.softmax_cross_entropy_with_logits(labels, logits) - smoothing_entropy(eps, v)
+    mask = tf.cast(tf.not_equal(targets, 0), ce.dtype)
+    return tf.reduce_sum(ce * mask) / tf.maximum(tf.reduce_sum(mask), 1.0)
 
 
 def step_matmul_shapes(args):
@@ -175,6 +200,9 @@ def main(argv=None):
     ap.add_argument("--d-ff", type=int, default=1024)
     ap.add_argument("--dropout", type=float, default=0.1)
     ap.add_argument("--pad-fraction", type=float, default=0.25, help="padding share for step_pad*")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="TF intra- and inter-op threads (0 = TF's default, one per core). With 1, the "
+                         "process CPU seconds are the work of each variant, little disturbed by other jobs")
     ap.add_argument("--trace", help="write a TF profiler trace of the plain step here")
     args = ap.parse_args(argv)
     names = ALL if args.variants == "all" else tuple(v.strip() for v in args.variants.split(","))
@@ -183,10 +211,14 @@ def main(argv=None):
         raise SystemExit(f"--variants: unknown {bad}; choose from {', '.join(ALL)}")
 
     import keras
-    import numpy as np
     import tensorflow as tf
 
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+
     from train_throughput import forward_flops, make_batch
+
     from tf_transformer.training.losses import label_smoothed_loss
 
     def adam():
@@ -201,6 +233,17 @@ def main(argv=None):
         if key not in models:
             models[key] = build_model(args, **kw)
         return models[key]
+
+    xla_loss = tf.function(lambda t, lg: label_smoothed_loss(t, lg, eps), jit_compile=True)
+
+    def loss_for(base):
+        if base.endswith("_fusedce"):
+            return lambda t, lg: fused_loss(t, lg, eps)
+        if base.endswith("_densece"):
+            return lambda t, lg: dense_ce_loss(t, lg, eps)
+        if base.endswith("_xlaloss"):
+            return xla_loss
+        return lambda t, lg: label_smoothed_loss(t, lg, eps)
 
     def make(name):
         base, _, x = name.partition("-")
@@ -229,16 +272,11 @@ def main(argv=None):
                 matmuls()  # a CPU tf.function call returns when its outputs are computed
                 return 0.0
             return run_matmuls, None
-        if base in ("head", "head_fusedce"):
+        if base.startswith("head"):
             model = model_for("base")
             table = model.embedding.embeddings
             hidden = tf.random.normal((args.batch, args.length, args.d_model))
-            if base == "head_fusedce":
-                def loss_fn(t, lg):
-                    return fused_loss(t, lg, eps)
-            else:
-                def loss_fn(t, lg):
-                    return label_smoothed_loss(t, lg, eps)
+            loss_fn = loss_for(base)
 
             @tf.function(jit_compile=jit)
             def head():
@@ -293,20 +331,22 @@ def main(argv=None):
         optimizer = adam()
         optimizer.build(variables)
         gather = base == "step_pad_gather"
+        loss_fn = loss_for(base)
 
         @tf.function(jit_compile=jit)
         def step():
             s, ti, t = batch
             with tf.GradientTape() as tape:
                 logits, targets = logits_and_targets(s, ti, t, gather)
-                loss = label_smoothed_loss(targets, logits, eps)
+                loss = loss_fn(targets, logits)
             grads = tape.gradient(loss, variables)
             optimizer.apply(grads, variables)
             return loss
         return step, None
 
     fns = {}
-    print(f"load average {os.getloadavg()[0]:.2f}; building and warming up {len(names)} variants", flush=True)
+    print(f"load average {os.getloadavg()[0]:.2f}; threads {args.threads or 'default'}; "
+          f"building and warming up {len(names)} variants", flush=True)
     for name in names:
         t0 = time.perf_counter()
         fn, _ = make(name)

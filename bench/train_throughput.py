@@ -20,12 +20,21 @@ Systems (``--systems`` takes a comma list of these names, or ``all``):
   one embedding table for source, target and output projection, ``sqrt(d)`` scaling,
   sinusoidal positions, ``CrossEntropyLoss(label_smoothing=0.1, ignore_index=0)``,
   ``torch.optim.Adam``, eager, ``torch.set_num_threads(--torch-threads)`` (default 2 = the
-  cores of the machine these figures were first taken on).
+  cores of the machine these figures were first taken on). ``torch-1thread``: the same with
+  one thread: on a machine shared with other jobs, PyTorch's OpenMP threads lose much time
+  waiting for each other at every op, so one thread can be the faster peer there.
 * ``kerashub-fit`` / ``kerashub-fit-xla``: keras-hub ``TokenAndPositionEmbedding`` (one
   instance shared by source and target, its tied table also the output projection via
   ``reverse=True``), 3 ``TransformerEncoder`` + 3 ``TransformerDecoder`` layers of the same
   width, a per-token ``categorical_crossentropy(one_hot(y), logits, label_smoothing=0.1)``
   masked by Keras' padding mask, ``model.fit`` with ``jit_compile`` False / True.
+
+Prototypes (bench-only changes to our step, reported apart from "ours"; not in ``all``
+unless ``--protos``): ``proto-fit-xlaloss`` and ``proto-step-xlaloss`` are ``ours-fit`` and
+``ours-step`` with only the loss wrapped in its own ``tf.function(jit_compile=True)``: XLA
+fuses the elementwise work over the [tokens, vocab] logits while the matmuls stay on
+TensorFlow's (oneDNN) kernels, which are faster on this CPU than XLA's (see
+``bench/train_profile.py`` and RESULTS.md).
 
 Each system runs in its own fresh Python process, one after another, so thread pools
 and compiled graphs never mix; the float32 matmul rate (``bench/matmul_rate.py``'s
@@ -65,8 +74,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 OURS = ("ours-fit", "ours-fit-xla", "ours-step", "ours-step-xla")
-PEERS = ("torch", "kerashub-fit", "kerashub-fit-xla")
-SYSTEMS = OURS + PEERS
+PEERS = ("torch", "torch-1thread", "kerashub-fit", "kerashub-fit-xla")
+PROTOS = ("proto-fit-xlaloss", "proto-step-xlaloss")
+SYSTEMS = OURS + PEERS + PROTOS
 BOS = 2
 
 
@@ -121,8 +131,25 @@ class _Timer:
         self._t, self._c = t, c
 
 
-def _our_loss():
-    """Our label-smoothed loss (training/losses.py), or a documented stand-in if absent."""
+def _our_loss(xla=False):
+    """Our label-smoothed loss (training/losses.py), or a documented stand-in if absent.
+
+    ``xla=True`` (prototypes): the same loss, its ``call`` compiled by XLA on its own.
+    """
+    if xla:
+        import tensorflow as tf
+
+        from tf_transformer.training.losses import LabelSmoothedCrossEntropy
+
+        class XlaLabelSmoothedCrossEntropy(LabelSmoothedCrossEntropy):
+            def __init__(self, *a, **kw):
+                super().__init__(*a, **kw)
+                self._compiled = tf.function(super().call, jit_compile=True)
+
+            def call(self, y_true, y_pred):
+                return self._compiled(y_true, y_pred)
+
+        return XlaLabelSmoothedCrossEntropy(epsilon=0.1, pad_id=0), "losses.py, call compiled by XLA alone"
     try:
         from tf_transformer.training.losses import LabelSmoothedCrossEntropy
 
@@ -188,18 +215,18 @@ def _our_model(args):
     return model
 
 
-def worker_ours_fit(args, jit):
+def worker_ours_fit(args, jit, xla_loss=False):
     model = _our_model(args)
-    loss, loss_source = _our_loss()
+    loss, loss_source = _our_loss(xla_loss)
     timer, losses = _fit_and_time(model, loss, args, jit)
     return dict(timer=timer, losses=losses, params=_count(model.trainable_weights), loss_source=loss_source)
 
 
-def worker_ours_step(args, jit):
+def worker_ours_step(args, jit, xla_loss=False):
     import tensorflow as tf
 
     model = _our_model(args)
-    loss_fn, loss_source = _our_loss()
+    loss_fn, loss_source = _our_loss(xla_loss)
     optimizer = _adam_keras()
     optimizer.build(model.trainable_variables)
     src, tgt_in, y = (tf.constant(a) for a in make_batch(args))
@@ -259,10 +286,10 @@ def build_torch_model(args):
     return TiedTransformer(args.vocab, args.d_model, args.heads, args.layers, args.d_ff, args.dropout)
 
 
-def worker_torch(args):
+def worker_torch(args, threads=None):
     import torch
 
-    torch.set_num_threads(args.torch_threads)
+    torch.set_num_threads(threads or args.torch_threads)
     torch.manual_seed(0)
     model = build_torch_model(args)
     model.train()
@@ -352,8 +379,11 @@ def run_worker(name, args):
         "ours-step": lambda: worker_ours_step(args, False),
         "ours-step-xla": lambda: worker_ours_step(args, True),
         "torch": lambda: worker_torch(args),
+        "torch-1thread": lambda: worker_torch(args, threads=1),
         "kerashub-fit": lambda: worker_kerashub_fit(args, False),
         "kerashub-fit-xla": lambda: worker_kerashub_fit(args, True),
+        "proto-fit-xlaloss": lambda: worker_ours_fit(args, False, xla_loss=True),
+        "proto-step-xlaloss": lambda: worker_ours_step(args, False, xla_loss=True),
         "matmul": lambda: worker_matmul(args),
         "matmul-torch": lambda: worker_matmul_torch(args),
     }
@@ -397,13 +427,16 @@ def _load():
         return (float("nan"),) * 3
 
 
-def select_systems(spec, jit):
-    names = SYSTEMS if spec == "all" else tuple(s.strip() for s in spec.split(",") if s.strip())
+def select_systems(spec, jit, protos=False):
+    if spec == "all":
+        names = OURS + PEERS + (PROTOS if protos else ())
+    else:
+        names = tuple(s.strip() for s in spec.split(",") if s.strip())
     unknown = [n for n in names if n not in SYSTEMS]
     if unknown:
         raise SystemExit(f"--systems: unknown {unknown}; choose from {', '.join(SYSTEMS)} or 'all'")
     if jit == "on":
-        names = tuple(n for n in names if n.endswith("-xla") or n == "torch")
+        names = tuple(n for n in names if n.endswith("-xla") or n.startswith(("torch", "proto")))
     elif jit == "off":
         names = tuple(n for n in names if not n.endswith("-xla"))
     return names
@@ -440,6 +473,15 @@ def format_table(results, args, tf_gflops, torch_gflops=None):
         summary.append(f"our FLOP utilization: {flops / 1e9:.1f} GFLOP/step / {best_ours['step_s']:.2f} s = "
                        f"{flops / best_ours['step_s'] / 1e9:.1f} GFLOP/s = {util:.0%} of the measured "
                        f"TF float32 matmul rate {tf_gflops:.1f} GFLOP/s (goal >= 60%)")
+    protos = [ok[n] for n in PROTOS if n in ok]
+    if protos and peers:
+        best_proto = max(protos, key=lambda r: tokens / r["step_s"])
+        fastest = max(peers, key=lambda r: tokens / r["step_s"])
+        line = (f"best prototype: {best_proto['system']} {tokens / best_proto['step_s']:,.0f} tokens/s, "
+                f"{fastest['step_s'] / best_proto['step_s']:.2f}x the fastest peer")
+        if tf_gflops:
+            line += f", {flops / best_proto['step_s'] / 1e9 / tf_gflops:.0%} utilization"
+        summary.append(line)
     if torch_gflops:
         summary.append(f"(PyTorch float32 matmul rate, same run: {torch_gflops:.1f} GFLOP/s)")
     return "\n".join(lines + [""] + summary)
@@ -448,6 +490,7 @@ def format_table(results, args, tf_gflops, torch_gflops=None):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--systems", default="all", help=f"comma list of {', '.join(SYSTEMS)}; or 'all'")
+    ap.add_argument("--protos", action="store_true", help="with --systems all: also run the prototypes")
     ap.add_argument("--jit", choices=("both", "on", "off"), default="both",
                     help="keep only the XLA variants (on; torch stays), only the non-XLA ones (off), or both")
     ap.add_argument("--steps", type=int, default=10, help="timed steps per system (median reported)")
@@ -472,7 +515,7 @@ def main(argv=None):
         print("RESULT " + json.dumps(run_worker(args.worker, args)), flush=True)
         return 0
 
-    names = select_systems(args.systems, args.jit)
+    names = select_systems(args.systems, args.jit, args.protos)
     flops = step_flops(args)
     load_start = _load()
     print(f"shape: d_model {args.d_model}, {args.layers}+{args.layers} layers, {args.heads} heads, "

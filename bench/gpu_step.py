@@ -139,7 +139,6 @@ def main(argv=None):
     import jax.numpy as jnp
     import keras
     import numpy as np
-
     from train_throughput import forward_flops
 
     device = jax.devices()[0]

@@ -36,6 +36,10 @@ Variants (``--variants`` takes a comma list, or ``all``); ``-xla`` = ``jit_compi
 * ``head_xlaloss``, ``step_xlaloss``: our loss unchanged but wrapped in its own
   ``tf.function(jit_compile=True)`` inside an otherwise non-XLA step, so XLA fuses the
   elementwise work over the logits while the matmuls stay on TensorFlow's kernels.
+* ``step_xlaloss_ln``: ``step_xlaloss`` with every LayerNormalization's ``call`` also
+  compiled by XLA on its own; ``step_xlaloss_ln_attn``: and the attention core
+  (``scaled_dot_product_attention``: scores, mask, softmax, context) too. Matmuls of the
+  projections and FFNs stay on TensorFlow's kernels.
 * ``step_pad``: full step on a batch where ``--pad-fraction`` of the target and source
   positions are padding (trailing, random lengths); ``step_pad_gather``: the same batch,
   but the decoder's output is gathered at the real target tokens before the vocabulary
@@ -67,6 +71,7 @@ sys.path[:0] = [os.path.dirname(HERE), HERE]
 ALL = ("fwd", "fwd-xla", "fwd_loss", "grad", "grad-xla", "step", "step-xla", "fit", "fit-xla",
        "step_nodrop", "step_nodrop-xla", "step_fusedqkv", "step_fusedqkv-xla", "head", "head-xla",
        "head_fusedce", "head_fusedce-xla", "head_densece", "head_densece-xla", "head_xlaloss", "step_densece", "step_densece-xla", "step_xlaloss",
+       "step_xlaloss_ln", "step_xlaloss_ln_attn",
        "step_pad", "step_pad_gather", "matmul", "matmul-xla", "matmuls", "matmuls-xla")
 
 
@@ -241,7 +246,7 @@ def main(argv=None):
             return lambda t, lg: fused_loss(t, lg, eps)
         if base.endswith("_densece"):
             return lambda t, lg: dense_ce_loss(t, lg, eps)
-        if base.endswith("_xlaloss"):
+        if "_xlaloss" in base:
             return xla_loss
         return lambda t, lg: label_smoothed_loss(t, lg, eps)
 
@@ -300,7 +305,17 @@ def main(argv=None):
         if base == "step_fusedqkv":
             kw = dict(fused_qkv=True)
         # forward/gradient probes share one model; every full step gets its own (own Adam state)
+        from tf_transformer.layers import attention as attention_module
+
+        original_sdpa = attention_module.scaled_dot_product_attention
+        if base == "step_xlaloss_ln_attn":  # MultiHeadAttention.attend looks the function up at call time
+            compiled_sdpa = tf.function(original_sdpa, jit_compile=True)
+            attention_module.scaled_dot_product_attention = compiled_sdpa
         model = model_for("base") if base in ("fwd", "fwd_loss", "grad") else build_model(args, **kw)
+        if base.startswith("step_xlaloss_ln"):
+            for layer in model._flatten_layers():
+                if isinstance(layer, keras.layers.LayerNormalization):
+                    layer.call = tf.function(layer.call, jit_compile=True)
         variables = model.trainable_variables
         batch = (psrc, ptgt_in, py) if base.startswith("step_pad") else (src, tgt_in, y)
 
@@ -342,6 +357,16 @@ def main(argv=None):
             grads = tape.gradient(loss, variables)
             optimizer.apply(grads, variables)
             return loss
+
+        if base == "step_xlaloss_ln_attn":
+            def step_patched():  # the patch is global: set it only while this variant runs
+                attention_module.scaled_dot_product_attention = compiled_sdpa
+                try:
+                    return step()
+                finally:
+                    attention_module.scaled_dot_product_attention = original_sdpa
+            attention_module.scaled_dot_product_attention = original_sdpa
+            return step_patched, None
         return step, None
 
     fns = {}

@@ -53,7 +53,7 @@ Variants (``--variants`` takes a comma list, or ``all``); ``-xla`` = ``jit_compi
   dropout, the loss, Adam, framework overhead).
 
 ``--trace DIR`` also records a TensorFlow profiler trace of 2 ``step`` calls into DIR
-(open with TensorBoard's profile plugin) and prints the top ops by self time.
+(open it with TensorBoard's profile plugin).
 """
 
 from __future__ import annotations

@@ -52,6 +52,22 @@ def test_plot_attention_command_writes_images(tiny, suffix, magic, capsys):
     assert "wrote" in capsys.readouterr().out
 
 
+def test_plot_attention_in_a_fresh_process(tiny):
+    """The command loads the model itself (no test-side import registers the classes)."""
+    import os
+    import subprocess
+    import sys
+
+    root, _, _ = tiny
+    out = root / "fresh.png"
+    proc = subprocess.run([sys.executable, "-m", "tf_transformer.cli", "plot-attention", "--model", str(root / "m.keras"),
+                           "--vocab", str(root / "spm.model"), "--sentence", "A dog.", "--attention", "cross",
+                           "--style", "heatmap", "--output", str(out)],
+                          capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert out.read_bytes().startswith(b"\x89PNG")
+
+
 def test_plot_attention_bad_layer_is_a_clear_error(tiny, capsys):
     root, _, _ = tiny
     code = main(["plot-attention", "--model", str(root / "m.keras"), "--vocab", str(root / "spm.model"),

@@ -84,9 +84,8 @@ def _run(args, load_config) -> int:
     ] + list(args.set)
     cfg = load_config(args.config, overrides)
 
-    import keras
-
     from tf_transformer.data import Tokenizer, build_vocab, read_parallel_text
+    from tf_transformer.decoding.translator import load_model
     from tf_transformer.training import train
     from tf_transformer.training.averaging import average_run
 
@@ -114,8 +113,8 @@ def _run(args, load_config) -> int:
     tokenizer = Tokenizer(result.vocab_path or vocab)
     sources, references = read_parallel_text(cfg.data, "test")
     beam = args.beam or cfg.decode.beam_size
-    final_model = keras.saving.load_model(result.model_path)
-    avg_model = keras.saving.load_model(averaged["output"])
+    final_model = load_model(str(result.model_path))
+    avg_model = load_model(str(averaged["output"]))
     hyps_final, scores_final = _evaluate("final weights", final_model, tokenizer, sources, references, cfg.decode, beam)
     hyps_avg, scores_avg = _evaluate(f"average of last {averaged['count']}", avg_model, tokenizer, sources,
                                      references, cfg.decode, beam)

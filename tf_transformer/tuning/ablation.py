@@ -335,6 +335,7 @@ def run_ablation(rows: Union[str, Sequence[str]], output_dir, *, base_config: Un
 
     from tf_transformer import data as data_api
     from tf_transformer.data import sources as data_sources
+    from tf_transformer.decoding.translator import load_model
     from tf_transformer.model import count_parameters
     from tf_transformer.training.loop import train
     from tf_transformer.training.strategy import describe, is_multiworker, make_strategy
@@ -404,7 +405,7 @@ def run_ablation(rows: Union[str, Sequence[str]], output_dir, *, base_config: Un
         result = train(cfg, model_dir=row_dir, strategy=strategy, tokenizer=data_api.Tokenizer(proto),
                        valid_data=None if validate else False, verbose=verbose, log=log)
         minutes_used = (time.time() - start) / 60.0
-        model = keras.saving.load_model(str(result.model_path), compile=False)
+        model = load_model(str(result.model_path))
         scores = evaluate_row(model, cfg, data_api.Tokenizer(proto), beam, base.decode.alpha, bleu_sentences, log)
         record = {
             "row": row,

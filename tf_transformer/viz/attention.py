@@ -149,17 +149,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import keras
-
     from tf_transformer.data import Tokenizer
+    from tf_transformer.decoding.translator import load_model
 
     out = Path(args.output)
     if out.suffix.lower() not in (".png", ".svg"):
         raise UserError(f"--output {out}: expected a .png or .svg file name")
-    for flag, path in (("--model", args.model), ("--vocab", args.vocab)):
-        if not Path(path).is_file():
-            raise UserError(f"{flag} {path}: no such file")
-    model = keras.saving.load_model(args.model)
+    if not Path(args.vocab).is_file():
+        raise UserError(f"--vocab {args.vocab}: no such file")
+    model = load_model(args.model)
     tokenizer = Tokenizer(args.vocab)
     if not args.sentence.strip():
         raise UserError("--sentence is empty")

@@ -16,6 +16,10 @@ Systems (``--systems`` takes a comma list of these names, or ``all``):
   ``model.fit`` on a repeated in-memory ``tf.data`` set, ``jit_compile`` False / True.
 * ``ours-step`` / ``ours-step-xla``: the same model and loss in a plain
   ``tf.function`` train step (GradientTape + ``optimizer.apply``), without Keras' fit loop.
+* ``ours-trainer`` / ``ours-trainer-xla``: the package's own training path,
+  ``tf_transformer.training.trainer.TrainingModel`` (token-weighted loss over the global
+  batch, plus the perplexity and accuracy metrics it feeds) around the same model, trained
+  by ``model.fit`` (no accumulation, no clipping), ``jit_compile`` False / True.
 * ``torch``: PyTorch ``nn.Transformer`` (post-LN, ``norm_first=False``, ``batch_first``),
   one embedding table for source, target and output projection, ``sqrt(d)`` scaling,
   sinusoidal positions, ``CrossEntropyLoss(label_smoothing=0.1, ignore_index=0)``,
@@ -34,7 +38,9 @@ unless ``--protos``): ``proto-fit-xlaloss`` and ``proto-step-xlaloss`` are ``our
 ``ours-step`` with only the loss wrapped in its own ``tf.function(jit_compile=True)``: XLA
 fuses the elementwise work over the [tokens, vocab] logits while the matmuls stay on
 TensorFlow's (oneDNN) kernels, which are faster on this CPU than XLA's (see
-``bench/train_profile.py`` and RESULTS.md).
+``bench/train_profile.py`` and RESULTS.md). ``proto-trainer-xlastats`` is ``ours-trainer``
+with the trainer's ``token_statistics`` (loss, NLL, argmax accuracy over the logits)
+compiled by XLA on its own in the same way.
 
 Each system runs in its own fresh Python process, one after another, so thread pools
 and compiled graphs never mix; the float32 matmul rate (``bench/matmul_rate.py``'s
@@ -73,9 +79,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-OURS = ("ours-fit", "ours-fit-xla", "ours-step", "ours-step-xla")
+OURS = ("ours-fit", "ours-fit-xla", "ours-step", "ours-step-xla", "ours-trainer", "ours-trainer-xla")
 PEERS = ("torch", "torch-1thread", "kerashub-fit", "kerashub-fit-xla")
-PROTOS = ("proto-fit-xlaloss", "proto-step-xlaloss")
+PROTOS = ("proto-fit-xlaloss", "proto-step-xlaloss", "proto-trainer-xlastats")
 SYSTEMS = OURS + PEERS + PROTOS
 BOS = 2
 
@@ -220,6 +226,35 @@ def worker_ours_fit(args, jit, xla_loss=False):
     loss, loss_source = _our_loss(xla_loss)
     timer, losses = _fit_and_time(model, loss, args, jit)
     return dict(timer=timer, losses=losses, params=_count(model.trainable_weights), loss_source=loss_source)
+
+
+def worker_ours_trainer(args, jit, xla_stats=False):
+    import tensorflow as tf
+
+    from tf_transformer.training import trainer as trainer_module
+
+    if xla_stats:  # train_step looks token_statistics up in the trainer module at trace time
+        trainer_module.token_statistics = tf.function(trainer_module.token_statistics, jit_compile=True)
+    model = _our_model(args)
+    trainer = trainer_module.TrainingModel(model, label_smoothing=0.1, nominal_tokens=float(args.batch * args.length))
+    trainer.build()
+    src, tgt_in, y = make_batch(args)
+    ds = tf.data.Dataset.from_tensors(((src, tgt_in), y)).repeat()
+    trainer.compile(optimizer=_adam_keras(), jit_compile=jit)
+    timer, losses = [None], []
+    import keras
+
+    class StepTimer(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            timer[0] = _Timer()
+
+        def on_train_batch_end(self, batch, logs=None):
+            losses.append(float(logs["loss"]))
+            timer[0].lap()
+
+    trainer.fit(ds, epochs=1, steps_per_epoch=args.warmup + args.steps, verbose=0, callbacks=[StepTimer()])
+    return dict(timer=timer[0], losses=losses, params=_count(model.trainable_weights),
+                loss_source="training.trainer.TrainingModel")
 
 
 def worker_ours_step(args, jit, xla_loss=False):
@@ -378,6 +413,9 @@ def run_worker(name, args):
         "ours-fit-xla": lambda: worker_ours_fit(args, True),
         "ours-step": lambda: worker_ours_step(args, False),
         "ours-step-xla": lambda: worker_ours_step(args, True),
+        "ours-trainer": lambda: worker_ours_trainer(args, False),
+        "ours-trainer-xla": lambda: worker_ours_trainer(args, True),
+        "proto-trainer-xlastats": lambda: worker_ours_trainer(args, False, xla_stats=True),
         "torch": lambda: worker_torch(args),
         "torch-1thread": lambda: worker_torch(args, threads=1),
         "kerashub-fit": lambda: worker_kerashub_fit(args, False),
@@ -449,17 +487,17 @@ def format_table(results, args, tf_gflops, torch_gflops=None):
     ours = [ok[n] for n in OURS if n in ok]
     peers = [ok[n] for n in PEERS if n in ok]
     best_ours = max(ours, key=lambda r: tokens / r["step_s"]) if ours else None
-    lines = [f"{'system':<18}{'step s':>8}{'tokens/s':>10}{'GFLOP/s':>9}{'util':>7}{'CPU/wall':>9}"
+    lines = [f"{'system':<24}{'step s':>8}{'tokens/s':>10}{'GFLOP/s':>9}{'util':>7}{'CPU/wall':>9}"
              f"{'best ours/this':>15}"]
     for r in results:
         if "step_s" not in r:
-            lines.append(f"{r['system']:<18}  FAILED: {r.get('error', '?')}")
+            lines.append(f"{r['system']:<24}  FAILED: {r.get('error', '?')}")
             continue
         rate = tokens / r["step_s"]
         gflops = flops / r["step_s"] / 1e9
         util = gflops / tf_gflops if tf_gflops else float("nan")
         ratio = (tokens / best_ours["step_s"]) / rate if best_ours else float("nan")
-        lines.append(f"{r['system']:<18}{r['step_s']:>8.2f}{rate:>10,.0f}{gflops:>9.1f}{util:>7.0%}"
+        lines.append(f"{r['system']:<24}{r['step_s']:>8.2f}{rate:>10,.0f}{gflops:>9.1f}{util:>7.0%}"
                      f"{r['cpu_per_wall']:>9.2f}{ratio:>15.2f}")
     summary = []
     if best_ours and peers:

@@ -83,12 +83,14 @@ def plot_lines(weights, query_tokens, key_tokens, heads=None, query_index=None, 
     yq = np.linspace(height - 1, 0, nq) if nq > 1 else np.array([height / 2])
     yk = np.linspace(height - 1, 0, nk) if nk > 1 else np.array([height / 2])
     queries = range(nq) if query_index is None else [query_index]
-    for h in heads:
-        for q in queries:
-            for k in range(nk):
-                w = float(weights[h, q, k])
-                if w >= threshold:
-                    ax.plot([0.05, 0.95], [yq[q], yk[k]], color=colours[h], alpha=min(1.0, w), linewidth=1.0 + 2.0 * w)
+    # each head's lines leave its query token at a small vertical offset, so heads that
+    # agree stay visible side by side; weakest lines are drawn first, strongest on top
+    offsets = {h: (i - (len(heads) - 1) / 2) * min(0.12, 0.5 / max(1, len(heads))) for i, h in enumerate(heads)}
+    segments = [(float(weights[h, q, k]), h, q, k) for h in heads for q in queries for k in range(nk)
+                if float(weights[h, q, k]) >= threshold]
+    for w, h, q, k in sorted(segments):
+        dy = offsets[h]
+        ax.plot([0.05, 0.95], [yq[q] + dy, yk[k] + dy], color=colours[h], alpha=min(1.0, w), linewidth=0.6 + 1.8 * w)
     for i, tok in enumerate(query_tokens):
         ax.text(0.0, yq[i], tok, ha="right", va="center", fontsize=9,
                 fontweight="bold" if query_index == i else "normal")

@@ -22,7 +22,14 @@ micro-batches; :func:`token_statistics` returns the sums that
 :class:`~tf_transformer.training.trainer.TrainingModel` combines. Perplexity is
 ``exp(sum NLL / tokens)`` of the unsmoothed NLL.
 
-Everything here uses ``keras.ops`` and runs on any Keras backend.
+**Gradient.** With ``q`` the smoothed target distribution and ``p = softmax(logits)``, the
+gradient of a position's smoothed loss is ``p - q`` and that of its NLL is ``p - onehot(y)``.
+Under the TensorFlow backend :func:`token_statistics` uses that closed form
+(:func:`_fused_statistics`, ``tf.custom_gradient``): one ``exp`` pass and a scatter of the
+gold-token terms, instead of the several elementwise passes over ``[tokens, vocab]`` that
+autodiff of ``logsumexp``/``sum``/``take_along_axis`` makes (no one-hot either way). The
+generic ``keras.ops`` path (:func:`reference_statistics`) runs on every other backend and is
+what the tests compare the fast path against.
 """
 
 from __future__ import annotations
@@ -44,6 +51,9 @@ def smoothing_entropy(epsilon: float, vocab_size: int) -> float:
 def token_statistics(targets, logits, epsilon: float = 0.0, pad_id: int = 0):
     """Per-batch sums for the loss and the metrics.
 
+    Same values and gradients on every backend; with TensorFlow the gradient is the closed
+    form of :func:`_fused_statistics`.
+
     Args:
         targets: int ``[batch, length]``, gold ids, ``pad_id`` where there is no token.
         logits: float ``[batch, length, vocab]`` (cast to float32).
@@ -55,6 +65,13 @@ def token_statistics(targets, logits, epsilon: float = 0.0, pad_id: int = 0):
         ``nll_sum`` (unsmoothed negative log-likelihood), ``correct`` (argmax hits) and
         ``tokens`` (number of real tokens).
     """
+    if keras.backend.backend() == "tensorflow" and logits.shape[-1] is not None:
+        return _fused_statistics(targets, logits, epsilon, pad_id)
+    return reference_statistics(targets, logits, epsilon, pad_id)
+
+
+def reference_statistics(targets, logits, epsilon: float = 0.0, pad_id: int = 0):
+    """:func:`token_statistics` in plain ``keras.ops`` (autodiff gradient, any backend)."""
     logits = ops.cast(logits, "float32")
     targets = ops.cast(targets, "int32")
     vocab_size = logits.shape[-1]
@@ -80,6 +97,54 @@ def token_statistics(targets, logits, epsilon: float = 0.0, pad_id: int = 0):
         "correct": ops.sum(correct),
         "tokens": ops.sum(mask),
     }
+
+
+def _fused_statistics(targets, logits, epsilon: float, pad_id: int):
+    """TensorFlow version of :func:`token_statistics` with a closed-form gradient."""
+    import tensorflow as tf
+
+    logits = tf.cast(logits, tf.float32)
+    targets = tf.cast(targets, tf.int32)
+    vocab_size = int(logits.shape[-1])
+    mask = tf.cast(tf.not_equal(targets, pad_id), tf.float32)
+    if epsilon > 0.0:
+        confidence, low = 1.0 - epsilon, epsilon / (vocab_size - 1.0)
+    else:
+        confidence, low = 1.0, 0.0
+    entropy = smoothing_entropy(epsilon, vocab_size)
+    safe_targets = tf.clip_by_value(targets, 0, vocab_size - 1)
+
+    @tf.custom_gradient
+    def sums(logits):
+        lse = tf.reduce_logsumexp(logits, axis=-1)
+        gold_logp = tf.gather(logits, safe_targets, batch_dims=len(targets.shape)) - lse
+        nll = -gold_logp
+        if epsilon > 0.0:
+            sum_logp = tf.reduce_sum(logits, axis=-1) - vocab_size * lse
+            loss = -(confidence - low) * gold_logp - low * sum_logp - entropy
+        else:
+            loss = nll
+
+        def grad(d_loss, d_nll):
+            # d/dlogits = mask * [(d_loss + d_nll) p - d_loss * low - (d_loss (conf - low) + d_nll) onehot(y)]
+            probs = tf.exp(logits - lse[..., None])
+            g = probs * ((d_loss + d_nll) * mask)[..., None]
+            if low:
+                g = g - (d_loss * low * mask)[..., None]
+            gold = -(d_loss * (confidence - low) + d_nll) * mask
+            flat = tf.reshape(g, [-1, vocab_size])
+            rows = tf.range(tf.shape(flat)[0])
+            index = tf.stack([rows, tf.reshape(safe_targets, [-1])], axis=1)
+            flat = tf.tensor_scatter_nd_add(flat, index, tf.reshape(gold, [-1]))
+            return tf.reshape(flat, tf.shape(logits))
+
+        return (tf.reduce_sum(loss * mask), tf.reduce_sum(nll * mask)), grad
+
+    loss_sum, nll_sum = sums(logits)
+    predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    correct = tf.cast(tf.equal(predicted, targets), tf.float32) * mask
+    return {"loss_sum": loss_sum, "nll_sum": nll_sum, "correct": tf.reduce_sum(correct),
+            "tokens": tf.reduce_sum(mask)}
 
 
 def label_smoothed_loss(targets, logits, epsilon: float = 0.1, pad_id: int = 0):

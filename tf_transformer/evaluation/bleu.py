@@ -120,7 +120,7 @@ def compound_split_bleu(hypotheses: Sequence[str], references: Sequence[str]) ->
     _check(hypotheses, references)
     hyp = [compound_split(tokenize_13a(h)) for h in hypotheses]
     ref = [compound_split(tokenize_13a(r)) for r in references]
-    metric = BLEU(tokenize="none")
+    metric = BLEU(tokenize="none", force=True)  # the input is tokenized on purpose: no warning
     result = metric.corpus_score(hyp, [ref])
     return Score("BLEU tok+compound (paper)", result.score, _bleu_detail(result),
                  "tok:13a+compound-split(##AT##-##AT##)|case:mixed|" + str(metric.get_signature()))

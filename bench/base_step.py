@@ -27,6 +27,7 @@ def main():
 
     import dataclasses
 
+    import keras
     import numpy as np
     import tensorflow as tf
 
@@ -36,8 +37,6 @@ def main():
     cfg = load_config(args.config)
     model = Transformer.from_config_section(dataclasses.replace(cfg.model, vocab_size=args.vocab_size))
     model.build()
-    import keras
-
     optimizer = keras.optimizers.Adam(1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
     optimizer.build(model.trainable_variables)
     rows = args.tokens // args.length

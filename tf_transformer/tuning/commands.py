@@ -22,24 +22,25 @@ import argparse
 from tf_transformer.errors import UserError
 
 
-def _int_list(text: str, flag: str) -> tuple:
+def _number_list(text: str, flag: str, kind=int) -> tuple:
+    """``"1,2,4"`` -> ``(1, 2, 4)`` of ``kind`` (int or float), or a UserError naming the flag."""
+    expected = ("comma-separated integers, e.g. 1,2,4,8" if kind is int
+                else "comma-separated numbers, e.g. 0,0.1,0.3")
     try:
-        values = tuple(int(v) for v in text.split(",") if v.strip())
+        values = tuple(kind(v) for v in text.split(",") if v.strip())
     except ValueError:
-        raise UserError(f"{flag} {text!r}: expected comma-separated integers, e.g. 1,2,4,8") from None
+        raise UserError(f"{flag} {text!r}: expected {expected}") from None
     if not values:
         raise UserError(f"{flag} is empty")
     return values
+
+
+def _int_list(text: str, flag: str) -> tuple:
+    return _number_list(text, flag, int)
 
 
 def _float_list(text: str, flag: str) -> tuple:
-    try:
-        values = tuple(float(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise UserError(f"{flag} {text!r}: expected comma-separated numbers, e.g. 0,0.1,0.3") from None
-    if not values:
-        raise UserError(f"{flag} is empty")
-    return values
+    return _number_list(text, flag, float)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

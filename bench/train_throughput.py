@@ -38,9 +38,9 @@ unless ``--protos``): ``proto-fit-xlaloss`` and ``proto-step-xlaloss`` are ``our
 ``ours-step`` with only the loss wrapped in its own ``tf.function(jit_compile=True)``: XLA
 fuses the elementwise work over the [tokens, vocab] logits while the matmuls stay on
 TensorFlow's (oneDNN) kernels, which are faster on this CPU than XLA's (see
-``bench/train_profile.py`` and RESULTS.md). ``proto-trainer-xlastats`` is ``ours-trainer``
-with the trainer's ``token_statistics`` (loss, NLL, argmax accuracy over the logits)
-compiled by XLA on its own in the same way.
+``bench/train_profile.py`` and RESULTS.md). (``proto-trainer-xlastats``, the same for the trainer's
+statistics, was retired when ``TrainingModel`` moved to the fused tied head,
+``losses.tied_head_statistics``, which does without XLA what it did; RESULTS.md.)
 
 Each system runs in its own fresh Python process, one after another, so thread pools
 and compiled graphs never mix; the float32 matmul rate (``bench/matmul_rate.py``'s
@@ -81,7 +81,7 @@ ROOT = os.path.dirname(HERE)
 
 OURS = ("ours-fit", "ours-fit-xla", "ours-step", "ours-step-xla", "ours-trainer", "ours-trainer-xla")
 PEERS = ("torch", "torch-1thread", "kerashub-fit", "kerashub-fit-xla")
-PROTOS = ("proto-fit-xlaloss", "proto-step-xlaloss", "proto-trainer-xlastats")
+PROTOS = ("proto-fit-xlaloss", "proto-step-xlaloss")
 SYSTEMS = OURS + PEERS + PROTOS
 BOS = 2
 
@@ -228,13 +228,11 @@ def worker_ours_fit(args, jit, xla_loss=False):
     return dict(timer=timer, losses=losses, params=_count(model.trainable_weights), loss_source=loss_source)
 
 
-def worker_ours_trainer(args, jit, xla_stats=False):
+def worker_ours_trainer(args, jit):
     import tensorflow as tf
 
     from tf_transformer.training import trainer as trainer_module
 
-    if xla_stats:  # train_step looks token_statistics up in the trainer module at trace time
-        trainer_module.token_statistics = tf.function(trainer_module.token_statistics, jit_compile=True)
     model = _our_model(args)
     trainer = trainer_module.TrainingModel(model, label_smoothing=0.1, nominal_tokens=float(args.batch * args.length))
     trainer.build()
@@ -415,7 +413,6 @@ def run_worker(name, args):
         "ours-step-xla": lambda: worker_ours_step(args, True),
         "ours-trainer": lambda: worker_ours_trainer(args, False),
         "ours-trainer-xla": lambda: worker_ours_trainer(args, True),
-        "proto-trainer-xlastats": lambda: worker_ours_trainer(args, False, xla_stats=True),
         "torch": lambda: worker_torch(args),
         "torch-1thread": lambda: worker_torch(args, threads=1),
         "kerashub-fit": lambda: worker_kerashub_fit(args, False),

@@ -187,3 +187,47 @@ def test_keras_ops_only_in_layers_and_model():
         text = path.read_text()
         assert "import tensorflow" not in text, path
     assert ops is not None and keras is not None
+
+
+@pytest.mark.parametrize("dtype", ["float32", "mixed_float16"])
+def test_layer_norm_equals_keras_layer_normalization_values_and_gradients(dtype):
+    """LayerNorm (closed-form gradient under TensorFlow) == keras.layers.LayerNormalization:
+    outputs and the gradients to the input, gamma and beta; same weights, interchangeable."""
+    import tensorflow as tf
+
+    from tf_transformer.layers.normalization import LayerNorm
+
+    rng = np.random.default_rng(11)
+    x = tf.constant(rng.normal(size=(3, 7, 16)).astype("float32") * 3 + 1)
+    w = tf.constant(rng.normal(size=(3, 7, 16)).astype("float32"))
+    ours, theirs = LayerNorm(epsilon=1e-6, dtype=dtype), keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype)
+    ours.build(x.shape)
+    theirs.build(x.shape)
+    assert [v.path.split("/")[-1] for v in ours.weights] == [v.path.split("/")[-1] for v in theirs.weights]
+    theirs.set_weights([rng.normal(size=16).astype("float32"), rng.normal(size=16).astype("float32")])
+    ours.set_weights(theirs.get_weights())
+
+    def run(layer):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            objective = tf.reduce_sum(tf.cast(y, "float32") * w)
+        grads = tape.gradient(objective, [x] + layer.trainable_variables)
+        return y.numpy().astype("float32"), [tf.convert_to_tensor(g).numpy().astype("float32") for g in grads]
+
+    (y1, g1), (y2, g2) = run(ours), run(theirs)
+    tol = 1e-5 if dtype == "float32" else 2e-2
+    np.testing.assert_allclose(y1, y2, atol=tol * 10)
+    for a, b in zip(g1, g2):
+        np.testing.assert_allclose(a, b, atol=tol * 10, rtol=tol)
+    assert ours.compute_dtype == theirs.compute_dtype and y1.dtype == y2.dtype
+
+
+def test_layer_norm_other_axes_fall_back_to_keras():
+    from tf_transformer.layers.normalization import LayerNorm
+
+    x = np.random.default_rng(12).normal(size=(2, 3, 4)).astype("float32")
+    ours, theirs = LayerNorm(axis=1), keras.layers.LayerNormalization(axis=1)
+    np.testing.assert_allclose(np.array(ours(x)), np.array(theirs(x)), atol=1e-6)
+    x_hat = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-3)
+    np.testing.assert_allclose(np.array(ours(x)), x_hat, atol=1e-5)

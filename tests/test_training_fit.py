@@ -280,3 +280,33 @@ def test_global_norm_clipping(policy):
     after = [w.numpy() for w in model.trainable_variables]
     norm = np.sqrt(sum(float(np.sum((a - b) ** 2)) for a, b in zip(after, before)))
     assert norm == pytest.approx(0.01, rel=1e-3)
+
+
+def test_training_step_is_the_gradient_of_the_token_mean_loss():
+    """One SGD step of TrainingModel (fused tied head) moves every weight, the shared table
+    included (lookup + projection), by -lr * d(sum of smoothed token losses / tokens) computed
+    from the model's logits with the keras.ops reference loss."""
+    import keras
+    import tensorflow as tf
+
+    from tf_transformer.model import Transformer
+    from tf_transformer.training.losses import reference_statistics
+    from tf_transformer.training.trainer import TrainingModel
+
+    (source, target_in), target_out = task_batches(1, 4, 16)[0]
+    keras.utils.set_random_seed(3)
+    transformer = Transformer(vocab_size=16, d_model=32, num_layers=1, num_heads=4, d_ff=64, dropout=0.0)
+    model = TrainingModel(transformer, label_smoothing=0.1, nominal_tokens=32)
+    model.build()
+    model.compile(optimizer=keras.optimizers.SGD(0.5))
+    variables = transformer.trainable_variables
+    before = [v.numpy().copy() for v in variables]
+    with tf.GradientTape() as tape:
+        stats = reference_statistics(target_out, transformer((source, target_in), training=False), 0.1, 0)
+        mean = stats["loss_sum"] / stats["tokens"]
+    expected = [b - 0.5 * tf.convert_to_tensor(g).numpy() for b, g in zip(before, tape.gradient(mean, variables))]
+    logs = model.fit(dataset_fn([((source, target_in), target_out)])(None), steps_per_epoch=1, epochs=1, verbose=0)
+    assert logs.history["loss"][0] == pytest.approx(float(mean), rel=1e-5)
+    for v, e in zip(variables, expected):
+        np.testing.assert_allclose(v.numpy(), e, atol=2e-6, err_msg=v.path)
+

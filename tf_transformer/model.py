@@ -174,6 +174,18 @@ class Transformer(keras.Model):
         memory, source_mask = self.encode(source_ids, training=training)
         return self.decode(target_input_ids, memory, source_mask, training=training)
 
+    def hidden_states(self, inputs, training=None):
+        """``(source_ids, target_input_ids)`` -> the decoder's output ``[batch, target_length,
+        d_model]`` (compute dtype), before the tied projection: ``call`` is
+        ``embedding.logits(hidden_states(...))`` cast to float32. The trainer feeds it with the
+        table to :func:`tf_transformer.training.losses.tied_head_statistics`, which never
+        materializes more than the softmax of the logits."""
+        source_ids, target_input_ids = inputs
+        memory, source_mask = self.encode(source_ids, training=training)
+        return self.decoder(self.embed(target_input_ids, training=training), memory,
+                            target_padding_mask=self.padding_mask(target_input_ids), memory_mask=source_mask,
+                            training=training)
+
     def attention_weights(self, source_ids, target_input_ids):
         """All attention weights of one inference pass, for plots.
 

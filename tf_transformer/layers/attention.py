@@ -170,7 +170,10 @@ class MultiHeadAttention(keras.layers.Layer):
         def heads(part, depth):
             return ops.transpose(ops.reshape(part, (b, t, self.num_heads, depth)), (0, 2, 1, 3))
 
-        return heads(y[..., :hk], self.key_dim), heads(y[..., hk:2 * hk], self.key_dim), heads(y[..., 2 * hk:], self.value_dim)
+        # split, not slicing: the gradient of a split is one concatenation, while each strided
+        # slice's gradient writes a zero-filled [batch, length, 3 h d] buffer (bench/RESULTS.md)
+        q, k, v = ops.split(y, [hk, 2 * hk], axis=-1)
+        return heads(q, self.key_dim), heads(k, self.key_dim), heads(v, self.value_dim)
 
     def call(self, query, value=None, attention_mask=None, return_attention_scores=False, training=None):
         if value is None or value is query:

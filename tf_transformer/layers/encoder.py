@@ -6,6 +6,7 @@ import keras
 
 from tf_transformer.layers.attention import MultiHeadAttention
 from tf_transformer.layers.feed_forward import PositionwiseFeedForward
+from tf_transformer.layers.normalization import LayerNorm
 
 
 class _SublayerSettings(keras.layers.Layer):
@@ -33,8 +34,7 @@ class _SublayerSettings(keras.layers.Layer):
                                   dropout=self.attention_dropout, name=name, dtype=self.dtype_policy)
 
     def _norm(self, name):
-        return keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, name=name,
-                                               dtype=self.dtype_policy)
+        return LayerNorm(epsilon=self.layer_norm_epsilon, name=name, dtype=self.dtype_policy)
 
     def _ffn(self):
         return PositionwiseFeedForward(self.d_ff, relu_dropout=self.relu_dropout, name="ffn",

@@ -45,7 +45,7 @@ from tf_transformer.training.losses import (
     Perplexity,
     TokenAccuracy,
     TokenMean,
-    token_statistics,
+    tied_head_statistics,
 )
 from tf_transformer.training.strategy import is_multiworker, keras_multiworker_bugs
 
@@ -170,12 +170,19 @@ class TrainingModel(keras.Model):
             grads = [g / replicas for g in grads] if replicas > 1 else grads
         self.optimizer.apply(grads, variables)
 
+    def _statistics(self, source, target_input, target_output, training):
+        """Token statistics of one batch: the decoder's states and the shared table go to the
+        fused projection + loss (:func:`~tf_transformer.training.losses.tied_head_statistics`),
+        so the ``[tokens, vocab]`` logits are made once and passed over twice (softmax, argmax)."""
+        hidden = self.transformer.hidden_states((source, target_input), training=training)
+        return tied_head_statistics(target_output, hidden, self.transformer.embedding.embeddings,
+                                    self.label_smoothing, self.pad_id)
+
     def train_step(self, data):
         (source, target_input), target_output = data
         variables = self.trainable_variables
         with tf.GradientTape() as tape:
-            logits = self.transformer((source, target_input), training=True)
-            stats = token_statistics(target_output, logits, self.label_smoothing, self.pad_id)
+            stats = self._statistics(source, target_input, target_output, training=True)
             loss = stats["loss_sum"] / self.nominal_tokens
             loss = self.optimizer.scale_loss(loss)
         grads = tape.gradient(loss, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
@@ -223,8 +230,7 @@ class TrainingModel(keras.Model):
 
     def test_step(self, data):
         (source, target_input), target_output = data
-        logits = self.transformer((source, target_input), training=False)
-        self._track(token_statistics(target_output, logits, self.label_smoothing, self.pad_id))
+        self._track(self._statistics(source, target_input, target_output, training=False))
         return self._logs()
 
     # -- Keras 3 model.fit under a tf.distribute strategy ---------------------------------

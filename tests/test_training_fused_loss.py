@@ -128,3 +128,11 @@ def test_tied_head_under_mixed_precision_hidden_states(dtype):
     assert g_h.dtype == tf.as_dtype(dtype) and tf.convert_to_tensor(g_t).dtype == tf.float32
     exact = reference_statistics(targets, tf.matmul(tf.constant(h32), table, transpose_b=True), 0.1, 0)
     np.testing.assert_allclose(float(stats["loss_sum"]), float(exact["loss_sum"]), rtol=2e-2)
+
+
+def test_fused_statistics_finite_when_the_gold_probability_underflows():
+    logits = tf.constant([[[250.0, 50.0, 0.0]]])
+    fused = _fused_statistics(np.array([[2]], "int32"), logits, 0.1, 0)
+    ref = reference_statistics(np.array([[2]], "int32"), logits, 0.1, 0)
+    np.testing.assert_allclose(float(fused["nll_sum"]), 250.0, rtol=1e-6)
+    np.testing.assert_allclose(float(fused["loss_sum"]), float(ref["loss_sum"]), rtol=1e-5)

@@ -74,3 +74,14 @@ def test_plot_attention_bad_layer_is_a_clear_error(tiny, capsys):
                  "--sentence", "A man.", "--layer", "7", "--output", str(root / "x.png")])
     assert code == 2
     assert "--layer 7: the model has 2 layers" in capsys.readouterr().err
+
+
+def test_demo_writes_both_attention_figures(tiny, tmp_path):
+    from tf_transformer.demo import plot_demo_attention
+
+    _, model, tok = tiny
+    paths = plot_demo_attention(model, tok, "A girl climbs the stairs.", tmp_path)
+    assert [p.name for p in paths] == ["attention-encoder-lines.png", "attention-cross-heatmap.png"]
+    for p in paths:
+        data = p.read_bytes()
+        assert data.startswith(b"\x89PNG") and len(data) > 2000

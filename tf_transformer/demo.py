@@ -6,7 +6,10 @@
    checkpoint every ``--checkpoint-minutes``;
 3. average the last checkpoints (the paper averages the last 5);
 4. translate test2016 with beam search (beam 4, alpha 0.6, input length + 50) with the final
-   and the averaged weights, print a few translations and the BLEU of both.
+   and the averaged weights, print a few translations and the BLEU of both;
+5. draw the better model's attention for the first test sentence, as in the paper's
+   appendix (``attention-encoder-lines.png``: last encoder layer, one colour per head) and as
+   heatmaps (``attention-cross-heatmap.png``: last decoder layer's encoder-decoder attention).
 
 Run it again and it reuses what is there (a finished run is not retrained); ``--fresh``
 starts over. ``python -m tf_transformer.demo --help`` lists the options.
@@ -131,10 +134,34 @@ def _run(args, load_config) -> int:
         label = scores_final[key].name
         print(f"  {label:32s}{scores_final[key].score:16.2f}{scores_avg[key].score:12.2f}")
     print(f"  sacreBLEU signature: {best_scores['sacrebleu'].signature}")
+    # 5. attention plots
+    plots = plot_demo_attention(avg_model if best_name == "averaged" else final_model, tokenizer, sources[0],
+                                model_dir)
+    print(f"  attention plots ({best_name} weights, test sentence 1): {', '.join(map(str, plots))}")
     print(f"demo: done in {(time.time() - started) / 60:.1f} min; test2016 sacreBLEU {best_scores['sacrebleu'].score:.2f} "
           f"({best_name} weights); wrote {model_dir}/ (model.keras, averaged.keras, spm.model, "
-          f"test2016.hyp.de, logs/)")
+          f"test2016.hyp.de, attention-*.png, logs/)")
     return 0
+
+
+def plot_demo_attention(model, tokenizer, sentence: str, out_dir) -> list:
+    """The demo's attention figures for ``sentence`` (greedy translation as the target):
+    appendix-style lines of the last encoder layer and heatmaps of the last decoder layer's
+    encoder-decoder attention, every head. Returns the written paths."""
+    from tf_transformer.viz.attention import attention_for_sentence, plot_heatmaps, plot_lines
+
+    weights, src, tgt = attention_for_sentence(model, tokenizer, sentence)
+    out_dir = Path(out_dir)
+    enc, cross = weights["encoder_self"], weights["decoder_cross"]
+    lines = out_dir / "attention-encoder-lines.png"
+    heat = out_dir / "attention-cross-heatmap.png"
+    plot_lines(enc[-1], src, src, title=f"encoder self-attention, layer {len(enc)} of {len(enc)}", path=lines)
+    plot_heatmaps(cross[-1], tgt, src, title=f"encoder-decoder attention, layer {len(cross)} of {len(cross)}",
+                  path=heat)
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    return [lines, heat]
 
 
 if __name__ == "__main__":

@@ -25,11 +25,17 @@ micro-batches; :func:`token_statistics` returns the sums that
 **Gradient.** With ``q`` the smoothed target distribution and ``p = softmax(logits)``, the
 gradient of a position's smoothed loss is ``p - q`` and that of its NLL is ``p - onehot(y)``.
 Under the TensorFlow backend :func:`token_statistics` uses that closed form
-(:func:`_fused_statistics`, ``tf.custom_gradient``): one ``exp`` pass and a scatter of the
+(:func:`_fused_statistics`, ``tf.custom_gradient``): the forward pass keeps ``p`` (one
+softmax; ``logsumexp`` is read off it at the argmax), the backward scales it and scatters the
 gold-token terms, instead of the several elementwise passes over ``[tokens, vocab]`` that
 autodiff of ``logsumexp``/``sum``/``take_along_axis`` makes (no one-hot either way). The
 generic ``keras.ops`` path (:func:`reference_statistics`) runs on every other backend and is
 what the tests compare the fast path against.
+
+**Fused head.** :func:`tied_head_statistics` takes the decoder states and the shared table
+instead of the logits and folds the smoothing, the gold-token terms and the padding mask into
+the projection's gradient matmuls, so only ``p`` is ever ``[tokens, vocab]`` in the
+backward pass. :class:`~tf_transformer.training.trainer.TrainingModel` uses it.
 """
 
 from __future__ import annotations
@@ -114,20 +120,28 @@ def _fused_statistics(targets, logits, epsilon: float, pad_id: int):
     entropy = smoothing_entropy(epsilon, vocab_size)
     safe_targets = tf.clip_by_value(targets, 0, vocab_size - 1)
 
+    def pick(matrix, index):
+        return tf.gather(matrix, index[..., None], batch_dims=len(targets.shape))[..., 0]
+
     @tf.custom_gradient
     def sums(logits):
-        lse = tf.reduce_logsumexp(logits, axis=-1)
-        gold_logp = tf.gather(logits, safe_targets, batch_dims=len(targets.shape)) - lse
+        # lse at the argmax k (P[k] >= 1/V never underflows): a softmax and an argmax pass
+        # instead of reduce_logsumexp's max/sub/exp/sum/log; P is kept for the gradient
+        probs = tf.nn.softmax(logits)
+        predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        lse = pick(logits, predicted) - tf.math.log(pick(probs, predicted))
+        gold_logp = pick(logits, safe_targets) - lse
         nll = -gold_logp
         if epsilon > 0.0:
             sum_logp = tf.reduce_sum(logits, axis=-1) - vocab_size * lse
             loss = -(confidence - low) * gold_logp - low * sum_logp - entropy
         else:
             loss = nll
+        correct = tf.cast(tf.equal(predicted, targets), tf.float32) * mask
 
-        def grad(d_loss, d_nll):
+        def grad(d_loss, d_nll, d_correct):
             # d/dlogits = mask * [(d_loss + d_nll) p - d_loss * low - (d_loss (conf - low) + d_nll) onehot(y)]
-            probs = tf.exp(logits - lse[..., None])
+            del d_correct  # a count: no gradient
             g = probs * ((d_loss + d_nll) * mask)[..., None]
             if low:
                 g = g - (d_loss * low * mask)[..., None]
@@ -138,13 +152,10 @@ def _fused_statistics(targets, logits, epsilon: float, pad_id: int):
             flat = tf.tensor_scatter_nd_add(flat, index, tf.reshape(gold, [-1]))
             return tf.reshape(flat, tf.shape(logits))
 
-        return (tf.reduce_sum(loss * mask), tf.reduce_sum(nll * mask)), grad
+        return (tf.reduce_sum(loss * mask), tf.reduce_sum(nll * mask), tf.reduce_sum(correct)), grad
 
-    loss_sum, nll_sum = sums(logits)
-    predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
-    correct = tf.cast(tf.equal(predicted, targets), tf.float32) * mask
-    return {"loss_sum": loss_sum, "nll_sum": nll_sum, "correct": tf.reduce_sum(correct),
-            "tokens": tf.reduce_sum(mask)}
+    loss_sum, nll_sum, correct = sums(logits)
+    return {"loss_sum": loss_sum, "nll_sum": nll_sum, "correct": correct, "tokens": tf.reduce_sum(mask)}
 
 
 def tied_head_statistics(targets, hidden, table, epsilon: float = 0.0, pad_id: int = 0):

@@ -160,11 +160,17 @@ class Transformer(keras.Model):
             return memory, source_mask, weights
         return out, source_mask
 
+    def decoder_states(self, target_input_ids, memory, source_mask, training=None, return_attention_scores=False):
+        """Full (teacher-forced) decoder pass -> the decoder's output ``[batch, target_length,
+        d_model]`` (compute dtype) before the tied projection (plus per-layer weights if asked)."""
+        return self.decoder(self.embed(target_input_ids, training=training), memory,
+                            target_padding_mask=self.padding_mask(target_input_ids), memory_mask=source_mask,
+                            return_attention_scores=return_attention_scores, training=training)
+
     def decode(self, target_input_ids, memory, source_mask, training=None, return_attention_scores=False):
         """Full (teacher-forced) decoder pass -> float32 logits ``[batch, target_length, vocab]``."""
-        out = self.decoder(self.embed(target_input_ids, training=training), memory,
-                           target_padding_mask=self.padding_mask(target_input_ids), memory_mask=source_mask,
-                           return_attention_scores=return_attention_scores, training=training)
+        out = self.decoder_states(target_input_ids, memory, source_mask, training=training,
+                                  return_attention_scores=return_attention_scores)
         hidden, weights = out if return_attention_scores else (out, None)
         logits = ops.cast(self.embedding.logits(hidden), "float32")
         return (logits, weights) if return_attention_scores else logits
@@ -175,16 +181,13 @@ class Transformer(keras.Model):
         return self.decode(target_input_ids, memory, source_mask, training=training)
 
     def hidden_states(self, inputs, training=None):
-        """``(source_ids, target_input_ids)`` -> the decoder's output ``[batch, target_length,
-        d_model]`` (compute dtype), before the tied projection: ``call`` is
-        ``embedding.logits(hidden_states(...))`` cast to float32. The trainer feeds it with the
-        table to :func:`tf_transformer.training.losses.tied_head_statistics`, which never
-        materializes more than the softmax of the logits."""
+        """``(source_ids, target_input_ids)`` -> :meth:`decoder_states` of the encoded source:
+        ``call`` is ``embedding.logits(hidden_states(...))`` cast to float32. The trainer feeds it
+        with the table to :func:`tf_transformer.training.losses.tied_head_statistics`, which
+        never materializes more than the softmax of the logits."""
         source_ids, target_input_ids = inputs
         memory, source_mask = self.encode(source_ids, training=training)
-        return self.decoder(self.embed(target_input_ids, training=training), memory,
-                            target_padding_mask=self.padding_mask(target_input_ids), memory_mask=source_mask,
-                            training=training)
+        return self.decoder_states(target_input_ids, memory, source_mask, training=training)
 
     def attention_weights(self, source_ids, target_input_ids):
         """All attention weights of one inference pass, for plots.

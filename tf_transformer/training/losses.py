@@ -54,6 +54,21 @@ def smoothing_entropy(epsilon: float, vocab_size: int) -> float:
     return -((1.0 - epsilon) * math.log(1.0 - epsilon) + epsilon * math.log(low))
 
 
+def _smoothing_weights(epsilon: float, vocab_size: int) -> tuple:
+    """``(confidence, low)``: the smoothed target's probability of the gold token and of each
+    other token (``(1, 0)`` without smoothing)."""
+    if epsilon > 0.0:
+        return 1.0 - epsilon, epsilon / (vocab_size - 1.0)
+    return 1.0, 0.0
+
+
+def _pick(matrix, index, batch_dims: int):
+    """``matrix[..., index]`` per position: one value per row of ``[..., vocab]``."""
+    import tensorflow as tf
+
+    return tf.gather(matrix, index[..., None], batch_dims=batch_dims)[..., 0]
+
+
 def token_statistics(targets, logits, epsilon: float = 0.0, pad_id: int = 0):
     """Per-batch sums for the loss and the metrics.
 
@@ -113,15 +128,12 @@ def _fused_statistics(targets, logits, epsilon: float, pad_id: int):
     targets = tf.cast(targets, tf.int32)
     vocab_size = int(logits.shape[-1])
     mask = tf.cast(tf.not_equal(targets, pad_id), tf.float32)
-    if epsilon > 0.0:
-        confidence, low = 1.0 - epsilon, epsilon / (vocab_size - 1.0)
-    else:
-        confidence, low = 1.0, 0.0
+    confidence, low = _smoothing_weights(epsilon, vocab_size)
     entropy = smoothing_entropy(epsilon, vocab_size)
     safe_targets = tf.clip_by_value(targets, 0, vocab_size - 1)
 
     def pick(matrix, index):
-        return tf.gather(matrix, index[..., None], batch_dims=len(targets.shape))[..., 0]
+        return _pick(matrix, index, len(targets.shape))
 
     @tf.custom_gradient
     def sums(logits):
@@ -207,14 +219,11 @@ def _tied_head_fused(targets, hidden, table, epsilon: float, pad_id: int):
     flat_targets = tf.reshape(tf.cast(targets, tf.int32), [-1])
     mask = tf.cast(tf.not_equal(flat_targets, pad_id), tf.float32)
     safe_targets = tf.clip_by_value(flat_targets, 0, vocab_size - 1)
-    if epsilon > 0.0:
-        confidence, low = 1.0 - epsilon, epsilon / (vocab_size - 1.0)
-    else:
-        confidence, low = 1.0, 0.0
+    confidence, low = _smoothing_weights(epsilon, vocab_size)
     entropy = smoothing_entropy(epsilon, vocab_size)
 
     def pick(matrix, index):
-        return tf.gather(matrix, index[:, None], batch_dims=1)[:, 0]
+        return _pick(matrix, index, 1)
 
     @tf.custom_gradient
     def head(hidden, table):
@@ -225,8 +234,8 @@ def _tied_head_fused(targets, hidden, table, epsilon: float, pad_id: int):
         predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
         lse = pick(logits, predicted) - tf.math.log(pick(probs, predicted))
         nll = lse - pick(logits, safe_targets)
-        table_sum = tf.reduce_sum(tf.cast(table, tf.float32), axis=0)
-        if epsilon > 0.0:
+        table_sum = tf.reduce_sum(tf.cast(table, tf.float32), axis=0) if low else None
+        if low:
             logit_sum = tf.linalg.matvec(tf.cast(h, tf.float32), table_sum)
             sum_logp = logit_sum - vocab_size * lse
             loss = (confidence - low) * nll - low * sum_logp - entropy

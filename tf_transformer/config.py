@@ -224,6 +224,13 @@ class TrainConfig:
     validation_steps: Optional[int] = None  # None = whole validation set
     max_minutes: Optional[float] = None  # stop training after this wall-clock budget
     seed: int = 1234
+    # BLEU on the validation set during training (training/validation_bleu.py)
+    eval_bleu_every_steps: Optional[int] = None  # None = off; a multiple of steps_per_epoch
+    eval_beam_size: int = 1  # 1 = greedy
+    eval_max_sentences: Optional[int] = None  # None = the whole validation set; N = its first N pairs
+    best_metric: str = "val_bleu"  # or "val_loss": what best/ and early stopping look at
+    keep_best: int = 1  # best weight files kept in <model_dir>/best/
+    early_stopping_patience: Optional[int] = None  # stop after N evaluations without improvement
 
     def validate(self) -> None:
         p = "train."
@@ -257,6 +264,26 @@ class TrainConfig:
             )
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise ConfigError(f"{p}max_minutes={self.max_minutes} must be > 0 or null")
+        if self.eval_bleu_every_steps is not None:
+            _positive(p + "eval_bleu_every_steps", self.eval_bleu_every_steps)
+            if self.eval_bleu_every_steps % self.steps_per_epoch:
+                raise ConfigError(
+                    f"{p}eval_bleu_every_steps={self.eval_bleu_every_steps} must be a multiple of "
+                    f"{p}steps_per_epoch={self.steps_per_epoch} (BLEU is computed at the end of an epoch, "
+                    "next to the validation loss)")
+        _positive(p + "eval_beam_size", self.eval_beam_size)
+        if self.eval_max_sentences is not None:
+            _positive(p + "eval_max_sentences", self.eval_max_sentences)
+        if self.best_metric not in ("val_bleu", "val_loss"):
+            raise ConfigError(f"{p}best_metric={self.best_metric!r} is not one of 'val_bleu', 'val_loss'")
+        if self.keep_best < 0:
+            raise ConfigError(f"{p}keep_best={self.keep_best} must be >= 0")
+        if self.early_stopping_patience is not None:
+            _positive(p + "early_stopping_patience", self.early_stopping_patience)
+            if self.eval_bleu_every_steps is None:
+                raise ConfigError(
+                    f"{p}early_stopping_patience={self.early_stopping_patience} needs "
+                    f"{p}eval_bleu_every_steps (how often the validation set is scored)")
 
 
 @dataclass

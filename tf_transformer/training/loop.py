@@ -72,9 +72,11 @@ class TrainResult:
     accumulation_steps: int
     train_seconds: float  # time inside training batches (no validation, no tracing of the first update)
     target_tokens: float  # real target tokens in those batches
-    stopped_early: Optional[str] = None  # "nan", "max_minutes" or None
+    stopped_early: Optional[str] = None  # "nan", "max_minutes", "early_stopping" or None
     strategy: str = ""
     training_model: Any = None  # the compiled TrainingModel (optimizer state, evaluate())
+    evaluations: list = dataclasses.field(default_factory=list)  # eval.jsonl rows (val_bleu per evaluation)
+    best_step: Optional[int] = None  # step of the best evaluation (train.best_metric)
 
     @property
     def tokens_per_second(self) -> float:
@@ -88,6 +90,10 @@ class TrainResult:
         for key in ("val_loss", "val_perplexity", "val_accuracy"):
             if self.history.get(key):
                 parts.append(f"{key} {self.history[key][-1]:.4g}")
+        if self.evaluations:
+            best = next(r for r in self.evaluations if r["step"] == self.best_step)
+            parts.append(f"val_bleu {self.evaluations[-1]['val_bleu']:.2f} (best {best['val_bleu']:.2f} "
+                         f"at step {self.best_step})")
         if self.stopped_early:
             parts.append(f"stopped early ({self.stopped_early})")
         wrote = []
@@ -350,6 +356,10 @@ def train(
     all_callbacks = [cb.StopAtStep(total, start_step, k), nan, checkpoint, backup, throughput]
     if budget:
         all_callbacks.append(budget)
+    evaluator = _validation_bleu(cfg, transformer, tokenizer, model_dir, log_dir, checkpoint, info.is_chief, log)
+    if evaluator is not None:
+        evaluator.restore(start_step)
+        all_callbacks.append(evaluator)  # before TensorBoard: it adds val_bleu to the epoch logs
     if log_dir is not None:
         if _tensorboard_available():
             all_callbacks.append(keras.callbacks.TensorBoard(log_dir=str(log_dir), update_freq="epoch"))
@@ -364,7 +374,12 @@ def train(
 
     history: dict[str, list] = {}
     stopped = None
-    for initial_epoch, epochs, updates in _plan(start_step, total, cfg.train.steps_per_epoch):
+    plan = _plan(start_step, total, cfg.train.steps_per_epoch)
+    if evaluator is not None and evaluator.stopped:
+        log(f"train: early stopping had already ended this run at step {start_step} (best "
+            f"{cfg.train.best_metric} at step {evaluator.best_step}): nothing to train")
+        plan, stopped = [], "early_stopping"
+    for initial_epoch, epochs, updates in plan:
         h = trainer.fit(train_ds, epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=updates * k,
                         validation_data=valid_ds, validation_steps=validation_steps, shuffle=False,
                         callbacks=all_callbacks, verbose=verbose)
@@ -372,6 +387,8 @@ def train(
             history.setdefault(key, []).extend(float(np.asarray(v).reshape(-1)[0]) for v in values)
         if budget is not None and budget.stopped:
             stopped = "max_minutes"
+        if evaluator is not None and evaluator.stopped:
+            stopped = "early_stopping"
         if history.get("loss") and not np.isfinite(history["loss"][-1]):
             stopped = "nan"
         if stopped:
@@ -399,4 +416,25 @@ def train(
         backup_dir=backup.weights_path.parent, log_dir=log_dir, history=history, start_step=start_step,
         final_step=final_step, accumulation_steps=k, train_seconds=throughput.seconds,
         target_tokens=throughput.tokens, stopped_early=stopped, strategy=describe(strategy),
-        training_model=trainer)
+        training_model=trainer, evaluations=list(evaluator.rows) if evaluator else [],
+        best_step=evaluator.best_step if evaluator else None)
+
+
+def _validation_bleu(cfg: Config, transformer, tokenizer, model_dir: Path, log_dir, checkpoint, chief: bool, log):
+    """The :class:`ValidationBLEU` callback for ``train.eval_bleu_every_steps`` (or None)."""
+    t = cfg.train
+    if not t.eval_bleu_every_steps:
+        return None
+    if tokenizer is None:
+        raise ConfigError("train.eval_bleu_every_steps needs a vocabulary to detokenize the outputs: pass "
+                          "tokenizer= or set data.vocab_model")
+    from tf_transformer.data import read_parallel_text
+    from tf_transformer.training.validation_bleu import ValidationBLEU
+
+    sources, references = read_parallel_text(cfg.data, "valid")
+    return ValidationBLEU(
+        transformer, tokenizer, sources, references, every_steps=t.eval_bleu_every_steps,
+        beam_size=t.eval_beam_size, alpha=cfg.decode.alpha, max_extra_length=cfg.decode.max_extra_length,
+        batch_size=cfg.decode.batch_size, max_sentences=t.eval_max_sentences, metric=t.best_metric,
+        patience=t.early_stopping_patience, keep_best=t.keep_best, best_dir=model_dir / "best",
+        log_path=model_dir / "eval.jsonl", checkpoint=checkpoint, tensorboard_dir=log_dir, enabled=chief, log=log)

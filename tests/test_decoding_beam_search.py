@@ -31,16 +31,16 @@ def log_softmax_np(x):
     return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
 
 
-def brute_force(table, alpha, max_len, tokens):
-    """All sequences over ``tokens`` that end in EOS within max_len, or reach max_len, scored
-    log P / ((5 + len) / 6) ** alpha; best first."""
+def brute_force(table, alpha, max_len, tokens, cut=False):
+    """All sequences over ``tokens`` that end in EOS within max_len (with ``cut``, also those
+    that reach max_len without EOS), scored log P / ((5 + len) / 6) ** alpha; best first."""
     lp_table = log_softmax_np(table)
     results = []
     for n in range(1, max_len + 1):
         for seq in itertools.product(tokens, repeat=n):
             if EOS in seq[:-1]:
                 continue
-            if n < max_len and seq[-1] != EOS:
+            if seq[-1] != EOS and not (cut and n == max_len):
                 continue
             prev, logp = BOS, 0.0
             for t in seq:
@@ -101,8 +101,9 @@ def test_trap_greedy_misses_beam_finds():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_exhaustive_beam_equals_brute_force(alpha, seed):
     # Beam 32 over 3 real tokens (EOS, 4, 5) and max length 4 holds every live prefix, so the
-    # search is exhaustive: its finished set must equal the brute-force ranking, scores
-    # included (the length penalty applied as the formula says).
+    # search is exhaustive: its finished set must equal the brute-force ranking of the
+    # hypotheses that end in EOS, scores included (the length penalty applied as the formula
+    # says); hypotheses cut at the limit do not compete with them.
     table = random_table(seed)
     max_len = 4
     expected = brute_force(table, alpha, max_len, tokens=[EOS, 4, 5])
@@ -122,9 +123,59 @@ def test_exhaustive_beam_equals_brute_force(alpha, seed):
         assert got[0][1] == expected[0][1]
 
 
+def run_on_table():
+    """After BOS, EOS has p ~ 0.05 and token 4 the rest; after 4, token 4 again has p ~ 0.95
+    (a cheap loop) and EOS ~ 0.05; token 5 is rare. A hypothesis cut at the limit
+    (4 4 4 ...) has a far higher log-probability than any that ends in EOS."""
+    table = np.full((6, 6), JUNK)
+    table[BOS, [EOS, 4, 5]] = [0.0, 3.0, -3.0]
+    table[4, [EOS, 4, 5]] = [0.0, 3.0, -3.0]
+    table[5, [EOS, 4, 5]] = [3.0, 0.0, -3.0]
+    return table
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+@pytest.mark.parametrize("beam", [2, 4, 32])  # beam 1 never finalises here: see the next test
+def test_cut_hypothesis_never_beats_a_finished_one(alpha, beam):
+    # The exhaustive reference over EOS-terminated sequences vs. one that lets cut-off
+    # hypotheses compete: they disagree here (the cut run-on would win), and beam search
+    # must follow the EOS-only reference whenever it found any finished hypothesis.
+    table = run_on_table()
+    max_len = 4
+    finished_only = brute_force(table, alpha, max_len, tokens=[EOS, 4, 5])
+    with_cut = brute_force(table, alpha, max_len, tokens=[EOS, 4, 5], cut=True)
+    assert with_cut[0][1] == [4, 4, 4, 4] != finished_only[0][1]  # the trap is real
+    ids, scores = beam_search(markov_fn(table), tf.constant([BOS]), {}, 6, beam_size=beam, alpha=alpha,
+                              max_decode_length=max_len, eos_id=EOS)
+    best = strip(ids.numpy()[0, 0])
+    assert best[-1] == EOS
+    if beam == 32:  # exhaustive: exactly the reference's winner and score
+        assert best == finished_only[0][1]
+        assert float(scores.numpy()[0, 0]) == pytest.approx(finished_only[0][0], abs=1e-4)
+    for s, seq in zip(scores.numpy()[0], ids.numpy()[0]):
+        if s > -100:  # hypotheses over the real tokens (the junk ids have logit -1e4)
+            assert strip(seq)[-1] == EOS  # no cut hypothesis in the n-best either
+
+
+def test_cut_hypothesis_returned_when_nothing_finished():
+    # EOS is (practically) never among the best candidates: no hypothesis finishes, so the
+    # best live one is returned cut at the limit, scored log P / lp(limit).
+    table = run_on_table()
+    table[:, EOS] = -50.0
+    max_len = 3
+    ids, scores = beam_search(markov_fn(table), tf.constant([BOS, BOS]), {}, 6, beam_size=2, alpha=0.6,
+                              max_decode_length=max_len, eos_id=EOS, max_lengths=tf.constant([3, 2]))
+    lp = log_softmax_np(table)
+    for row, n in enumerate([3, 2]):
+        assert strip(ids.numpy()[row, 0]) == [4] * n
+        expected = (lp[BOS, 4] + (n - 1) * lp[4, 4]) / ((5 + n) / 6) ** 0.6
+        assert float(scores.numpy()[row, 0]) == pytest.approx(expected, abs=1e-4)
+
+
 def test_length_penalty_changes_winner():
     # After BOS: EOS or 4 (p=.5 each); after 4: 4 again (p=.9) or EOS (p=.1). Without a
-    # penalty [EOS] wins; with a strong one the long [4]*6 (cut at the limit) wins.
+    # penalty [EOS] wins; with a strong one the long [4]*5 + [EOS] wins (a hypothesis cut at
+    # the limit, [4]*6, would score higher still but does not compete with finished ones).
     V = 6
     table = np.full((V, V), JUNK)
     table[BOS, EOS], table[BOS, 4] = math.log(0.5), math.log(0.5)
@@ -137,9 +188,11 @@ def test_length_penalty_changes_winner():
         winners[alpha] = strip(ids.numpy()[0, 0])
         assert winners[alpha] == expected[1]
         assert scores.numpy()[0, 0] == pytest.approx(expected[0], abs=1e-5)
-    assert winners[0.0] == [EOS] and winners[3.0] == [4] * 6
-    long_score = (math.log(0.5) + 5 * math.log(0.9)) / ((5 + 6) / 6) ** 3.0
+    assert winners[0.0] == [EOS] and winners[3.0] == [4] * 5 + [EOS]
+    long_score = (math.log(0.5) + 4 * math.log(0.9) + math.log(0.1)) / ((5 + 6) / 6) ** 3.0
     assert long_score > math.log(0.5)
+    cut_score = (math.log(0.5) + 5 * math.log(0.9)) / ((5 + 6) / 6) ** 3.0
+    assert cut_score > long_score  # the cut one would have won under the old rule
 
 
 def test_known_score_equals_formula():

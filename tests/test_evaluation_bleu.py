@@ -13,6 +13,8 @@ from tf_transformer.evaluation.bleu import (
     evaluate_translations,
     format_scores,
     lowercase_bleu,
+    moses_lowercase_bleu,
+    moses_tokenize,
     sacre_bleu,
     tokenize_13a,
 )
@@ -72,7 +74,8 @@ def test_compound_split():
 
 def test_signatures_and_labels():
     scores = evaluate_translations(HYPS, REFS)
-    assert set(scores) == {"sacrebleu", "chrf", "bleu_lc", "bleu_paper"}
+    assert set(scores) == {"sacrebleu", "chrf", "bleu_lc", "bleu_lc_moses", "bleu_paper"}
+    assert "tok:moses-de" in scores["bleu_lc_moses"].signature and "case:lc" in scores["bleu_lc_moses"].signature
     assert "case:mixed" in scores["sacrebleu"].signature and "tok:13a" in scores["sacrebleu"].signature
     assert "version:" in scores["sacrebleu"].signature
     assert "nc:6" in scores["chrf"].signature
@@ -80,7 +83,7 @@ def test_signatures_and_labels():
     assert "compound" in scores["bleu_paper"].signature
     assert 0 < scores["chrf"].score < 100
     lines = format_scores(scores)
-    assert len(lines) == 4 and lines[0].startswith("sacreBLEU")
+    assert len(lines) == 5 and lines[0].startswith("sacreBLEU")
     assert chrf(HYPS, HYPS).score == pytest.approx(100.0)
 
 
@@ -89,3 +92,17 @@ def test_mismatch_is_a_user_error():
         sacre_bleu(HYPS[:2], REFS)
     with pytest.raises(UserError, match="no sentences"):
         chrf([], [])
+
+
+def test_moses_lowercase_bleu_is_bleu_of_moses_tokens():
+    # Moses splits punctuation off words (German rules), keeps in-word hyphens; then the
+    # score is plain BLEU over lowercased whitespace tokens.
+    assert moses_tokenize(["Ein Hund, der läuft.", "Ein saftig-grünes Gras"], "de") == [
+        "Ein Hund , der läuft .", "Ein saftig-grünes Gras"]
+    hyps = ["Ein Hund läuft durch den Schnee.", "Zwei Männer, die auf einer Bank sitzen."]
+    refs = ["ein Hund rennt durch den Schnee.", "Zwei Männer sitzen auf einer Bank."]
+    tok_h = [t.lower() for t in moses_tokenize(hyps, "de")]
+    tok_r = [t.lower() for t in moses_tokenize(refs, "de")]
+    assert moses_lowercase_bleu(hyps, refs).score == pytest.approx(reference_bleu(tok_h, tok_r), abs=1e-6)
+    # case is ignored, punctuation attached or detached is the same after tokenization
+    assert moses_lowercase_bleu(["EIN HUND , DER LÄUFT ."], ["ein Hund, der läuft."]).score == pytest.approx(100.0)

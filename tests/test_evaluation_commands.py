@@ -26,7 +26,8 @@ def test_evaluate_source_reference(assets, tmp_path, capsys):
     lines = out.strip().split("\n")
     assert lines[0].startswith("# ") and "30 sentences" in lines[0] and "beam 2" in lines[0]
     labels = [line.split("  ")[0].strip() for line in lines[1:]]
-    assert labels == ["sacreBLEU (detok, cased)", "chrF2", "BLEU lowercased (13a)", "BLEU tok+compound (paper)"]
+    assert labels == ["sacreBLEU (detok, cased)", "chrF2", "BLEU lowercased (13a)", "BLEU lowercased (Moses tok)",
+                      "BLEU tok+compound (paper)"]
     assert "case:mixed" in lines[1] and "version:" in lines[1]
     hyps = (tmp_path / "hyp.txt").read_text().split("\n")
     assert len(hyps) == 31

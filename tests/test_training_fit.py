@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from corpora import write_tiny_parallel_corpus
 
 from tf_transformer.training.loop import _plan
 from tf_transformer.training.testing import dataset_fn, task_batches, tiny_config
@@ -210,15 +211,7 @@ def test_killed_run_resumes_at_last_backup(tmp_path):
 def test_cli_train_and_average(tmp_path):
     """`tft train` on a YAML config with --set overrides, then `tft average`."""
     # a tiny parallel text corpus through the real data pipeline; no vocabulary given
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    rng = np.random.default_rng(0)
-    words_en = ["a", "man", "dog", "runs", "the", "woman", "sees", "red", "ball", "on", "grass", "child"]
-    words_de = ["ein", "mann", "hund", "läuft", "der", "frau", "sieht", "rot", "ball", "auf", "gras", "kind"]
-    for split, n in (("train", 300), ("valid", 20)):
-        idx = [rng.integers(0, len(words_en), size=rng.integers(3, 8)) for _ in range(n)]
-        (corpus / f"{split}.en").write_text("\n".join(" ".join(words_en[i] for i in s) for s in idx) + "\n")
-        (corpus / f"{split}.de").write_text("\n".join(" ".join(words_de[i] for i in s) for s in idx) + "\n")
+    corpus = write_tiny_parallel_corpus(tmp_path / "corpus")
     config = tmp_path / "tiny.yaml"
     config.write_text(f"""
 model: {{d_model: 32, num_layers: 1, num_heads: 2, d_ff: 64, dropout: 0.0}}

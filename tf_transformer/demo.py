@@ -130,7 +130,7 @@ def _run(args, load_config) -> int:
     for i in range(min(args.show, len(sources))):
         print(f"  EN   {sources[i]}\n  REF  {references[i]}\n  OURS {best_hyps[i]}\n")
     print(f"{'':34s}{'final weights':>16s}{'averaged':>12s}")
-    for key in ("sacrebleu", "chrf", "bleu_lc", "bleu_paper"):
+    for key in ("sacrebleu", "chrf", "bleu_lc", "bleu_lc_moses", "bleu_paper"):
         label = scores_final[key].name
         print(f"  {label:32s}{scores_final[key].score:16.2f}{scores_avg[key].score:12.2f}")
     print(f"  sacreBLEU signature: {best_scores['sacrebleu'].signature}")

@@ -25,13 +25,18 @@ The search (section 4 of the paper, with Wu et al. 2016's length penalty):
   score are kept); the best ``beam`` candidates that do not end in EOS stay alive. Only
   EOS candidates within the first ``beam`` are finalised (as fairseq does): this makes
   ``beam_size=1, alpha=0`` exactly greedy decoding;
-* a sentence stops when it reaches its maximum length (its best ``beam`` live candidates
-  are then finalised as they are, without EOS) or, with ``stop_early``, when the best
+* a sentence stops when it reaches its maximum length or, with ``stop_early``, when the best
   score any live hypothesis could still reach, ``best live log-prob / lp(max length)``,
   is below the worst score in its finished set. Log-probabilities only fall as a
   hypothesis grows and ``lp`` only rises (``alpha >= 0``), so that bound is safe: no
   live hypothesis can enter above any finished one, and in particular none can beat the
-  best. The loop ends when every sentence has stopped.
+  best. The loop ends when every sentence has stopped;
+* **the length limit** (the rule of tensor2tensor and TF Model Garden): a hypothesis cut
+  at the limit without EOS never competes with finished ones. Only a sentence that has
+  no finished hypothesis at all when it reaches its limit returns its best live
+  hypotheses, cut as they are (scored ``log P / lp(limit)``). Letting cut hypotheses
+  compete on equal terms favours run-ons: they never pay for EOS, so a degenerate loop
+  ("sehr sehr sehr ...") that is cheap per token can outscore every real ending.
 
 Everything runs in one ``tf.while_loop`` over fixed-shape state, so the function can be
 wrapped in ``tf.function`` (``jit_compile=True`` works when ``max_decode_length`` is a
@@ -112,7 +117,8 @@ def beam_search(
       eos_id: the end-of-sentence id.
       max_lengths: optional int32 ``[batch]``, per-sentence maximum number of generated
         tokens (e.g. source length + 50), clipped to ``[1, max_decode_length]``. A
-        hypothesis that reaches it without EOS is finalised as it is.
+        hypothesis that reaches it without EOS is returned only when the sentence has no
+        finished hypothesis (see the module docstring).
       stop_early: stop a sentence as soon as no live hypothesis can reach a score above
         the worst finished one (exact; switch off only to test that claim).
       pad_id: the id written after EOS.
@@ -180,7 +186,7 @@ def beam_search(
         is_eos = tf.equal(token, eos_id)
         reached = (length >= max_lengths)[:, None]
         valid = topk_log_probs > _NEG_INF
-        finalise = first_k[None, :] & (is_eos | reached) & valid & ~done[:, None]
+        finalise = first_k[None, :] & is_eos & valid & ~done[:, None]
 
         # Live set: the K best candidates that did not end in EOS (there are >= K).
         alive_candidates = tf.where(is_eos, _NEG_INF, topk_log_probs)
@@ -204,6 +210,14 @@ def beam_search(
         new_finished_scores = tf.where(keep, finished_scores, new_finished_scores)
         new_finished_flags = tf.where(keep, finished_flags, new_finished_flags)
         new_finished_seq = tf.where(keep[:, :, None], finished_seq, new_finished_seq)
+        # At the length limit, a sentence without any finished hypothesis returns its best
+        # live ones as they are (cut); one that has finished hypotheses keeps only those.
+        fallback = reached[:, 0] & ~done & ~tf.reduce_any(new_finished_flags, axis=1)
+        cut_valid = new_alive_log_probs > _NEG_INF
+        cut_scores = tf.where(cut_valid, new_alive_log_probs / length_penalty(length, alpha), _NEG_INF)
+        new_finished_seq = tf.where(fallback[:, None, None], new_alive_seq, new_finished_seq)
+        new_finished_scores = tf.where(fallback[:, None], cut_scores, new_finished_scores)
+        new_finished_flags = tf.where(fallback[:, None], cut_valid, new_finished_flags)
 
         # Which sentences stop now.
         new_done = done | reached[:, 0]

@@ -14,7 +14,8 @@ METRICS_HELP = """\
 metrics (see tf_transformer/evaluation/bleu.py):
   sacreBLEU (detok, cased)   the honest number, with sacreBLEU's signature
   chrF2                      character n-gram F-score, with its signature
-  BLEU lowercased (13a)      lowercased tokenized BLEU (compare with Multi30k papers)
+  BLEU lowercased (13a)      lowercased BLEU with sacreBLEU's 13a tokenizer
+  BLEU lowercased (Moses tok) Moses-tokenized, lowercased (multi-bleu -lc): compare with Multi30k papers
   BLEU tok+compound (paper)  tokenized, ##AT##-##AT## compound splitting, cased (the paper's style)
 """
 
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if stats.truncated:
         print(f"tft evaluate: warning: {stats.truncated} source(s) longer than the model limit of "
               f"{translator.limit} tokens were cut to it", file=sys.stderr)
-    scores = evaluate_translations(hyps, refs)
+    scores = evaluate_translations(hyps, refs, lang=(cfg.data.target_lang if cfg else "de"))
     print(f"# {what}: {len(sources):,} sentences, {describe(decode)}")
     for line in format_scores(scores):
         print(line)

@@ -13,8 +13,8 @@ so the validation loss of the same moment is in ``logs``), :class:`ValidationBLE
 3. writes a checkpoint through the run's :class:`~tf_transformer.training.callbacks.TimedCheckpoint`
    (so checkpoints line up with evaluations and "average the last N" means the last N
    evaluation points), and keeps the best ``keep_best`` weights by ``metric`` in ``best/``;
-4. appends one JSON line to ``eval.jsonl`` (step, wall-clock minutes, val_bleu, val_loss,
-   val_perplexity, best so far): the learning curve, and the state a resumed run reads back;
+4. appends one JSON line to ``eval.jsonl`` (step, wall-clock minutes, val_bleu, seconds
+   spent decoding, val_loss, val_perplexity, best so far): the learning curve, and the state a resumed run reads back;
 5. stops training after ``patience`` evaluations without improvement of ``metric``
    (``None``: never).
 
@@ -193,7 +193,7 @@ class ValidationBLEU(keras.callbacks.Callback):
         logs["val_bleu"] = bleu
         row = {"step": step,
                "minutes": round(self._minutes_before + (time.monotonic() - self._start) / 60.0, 3),
-               "val_bleu": round(bleu, 4)}
+               "val_bleu": round(bleu, 4), "eval_seconds": round(seconds, 2)}
         for key in ("val_loss", "val_perplexity", "val_accuracy", "loss"):
             if key in logs:
                 row[key] = round(float(logs[key]), 5)

@@ -1,0 +1,232 @@
+"""Evaluate a finished (or stopped) Multi30k run and write its report.
+
+Called by ``tools/reproduce_multi30k.sh`` after training; usable on any run directory
+written by ``tft train`` with ``train.eval_bleu_every_steps`` set::
+
+    python tools/multi30k_report.py --run runs/multi30k_tiny
+
+Weight sets: the final weights (``model.keras``), the best evaluation by
+``train.best_metric`` (``best/``), and the average of the last 5 and the last 10
+checkpoints (written once as ``averaged-5.keras`` / ``averaged-10.keras``). Each is
+translated on val and test2016 with each ``--beams`` size; hypotheses and scores are
+cached under ``<run>/report/`` so a rerun only does what is missing. The weight set and
+beam that go into the headline are chosen by **val** lowercased Moses-tokenized BLEU only
+(test2016 plays no part in any choice).
+
+Writes ``<run>/report/report.md``, ``results.json`` and ``learning-curve.png``
+(validation BLEU and loss against updates and against wall-clock minutes), and prints a
+one-line summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+PUBLISHED = {"name": "Transformer-Tiny (Wu et al., ACL 2021)", "bleu_lc_moses": 41.02}
+METRIC_KEYS = ("sacrebleu", "bleu_lc_moses", "bleu_lc", "chrf")
+
+
+def say(msg: str) -> None:
+    print(f"report: {msg}", file=sys.stderr, flush=True)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", required=True, help="run directory written by tft train")
+    ap.add_argument("--beams", default="4,5", help="beam sizes to decode with (default 4,5)")
+    ap.add_argument("--alpha", type=float, default=None, help="length penalty (default: the run's decode.alpha)")
+    ap.add_argument("--limit", type=int, default=None,
+                    help="only the first N sentences of each split (a quick check; not a result)")
+    ap.add_argument("--train-seconds", type=float, default=None,
+                    help="wall-clock seconds of the training command (recorded in the report)")
+    return ap.parse_args(argv)
+
+
+def run_on_count(sources, hypotheses) -> int:
+    """Outputs with more than twice as many words as their source (degenerate run-ons)."""
+    return sum(1 for s, h in zip(sources, hypotheses) if len(h.split()) > 2 * max(1, len(s.split())))
+
+
+def weight_sets(run: Path, cfg):
+    """``{name: path of a .keras model}``, building the averaged and best models once."""
+    import keras
+
+    from tf_transformer.model import Transformer
+    from tf_transformer.training.averaging import average_run
+    from tf_transformer.training.callbacks import list_checkpoints
+
+    sets = {"final": run / "model.keras"}
+    best = sorted((run / "best").glob("best-*.weights.h5"), key=lambda p: int(p.name.split("-")[1].split(".")[0]))
+    if best:
+        out = run / "best.keras"
+        if not out.exists():
+            model = Transformer.from_config_section(cfg.model)
+            model.build()
+            model.load_weights(str(best[-1]))
+            model.save(str(out))
+        sets[f"best ({best[-1].name.split('.')[0]})"] = out
+    n_ckpt = len(list_checkpoints(run / "checkpoints"))
+    for n in (5, 10):
+        if n_ckpt >= n:
+            out = run / f"averaged-{n}.keras"
+            if not out.exists():
+                say(average_run(run, last=n, output=out)["summary"])
+            sets[f"average of last {n}"] = out
+    del keras
+    return sets
+
+
+def decode_and_score(run: Path, name: str, model_path: Path, tokenizer, splits, beams, alpha, cfg):
+    """``{(split, beam): {"scores": {...}, "run_ons": n, "seconds": s}}``, cached on disk."""
+    import keras
+
+    from tf_transformer.decoding.translator import Translator
+    from tf_transformer.evaluation.bleu import evaluate_translations
+
+    cache_dir = run / "report" / "outputs"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    slug = name.split(" (")[0].replace(" ", "-")
+    results, model = {}, None
+    for split, (sources, references) in splits.items():
+        for beam in beams:
+            hyp_path = cache_dir / f"{slug}.{split}.beam{beam}.de"
+            meta_path = hyp_path.with_suffix(".json")
+            if meta_path.is_file():
+                meta = json.loads(meta_path.read_text())
+            else:
+                if model is None:
+                    model = keras.saving.load_model(str(model_path), compile=False)
+                translator = Translator(model, tokenizer, beam_size=beam, alpha=alpha,
+                                        max_extra_length=cfg.decode.max_extra_length,
+                                        batch_size=cfg.decode.batch_size)
+                start = time.time()
+                hyps, _, _ = translator.translate(sources)
+                seconds = time.time() - start
+                hyp_path.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+                scores = evaluate_translations(hyps, references, lang=cfg.data.target_lang)
+                meta = {"scores": {k: round(scores[k].score, 2) for k in scores},
+                        "signatures": {k: scores[k].signature for k in scores},
+                        "run_ons": run_on_count(sources, hyps), "seconds": round(seconds, 1),
+                        "sentences": len(sources)}
+                tmp = meta_path.with_name(".partial-" + meta_path.name)
+                tmp.write_text(json.dumps(meta, indent=1))
+                os.replace(tmp, meta_path)
+                say(f"{name}, {split}, beam {beam}: sacreBLEU {meta['scores']['sacrebleu']:.2f}, "
+                    f"BLEU lc Moses {meta['scores']['bleu_lc_moses']:.2f} ({seconds:.0f} s)")
+            results[(split, beam)] = meta
+    return results
+
+
+def plot_curve(rows, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r["step"] for r in rows]
+    minutes = [r["minutes"] for r in rows]
+    bleu = [r["val_bleu"] for r in rows]
+    loss = [r.get("val_loss") for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
+    for ax, x, label in ((axes[0], steps, "updates"), (axes[1], minutes, "wall-clock minutes")):
+        ax.plot(x, bleu, "o-", color="tab:blue", ms=3, label="val BLEU (greedy, sacreBLEU)")
+        ax.set_xlabel(label)
+        ax.set_ylabel("val BLEU", color="tab:blue")
+        ax.grid(alpha=0.3)
+        if any(v is not None for v in loss):
+            twin = ax.twinx()
+            twin.plot(x, loss, "s--", color="tab:red", ms=3, label="val loss")
+            twin.set_ylabel("val loss (label-smoothed, entropy removed)", color="tab:red")
+    best = max(range(len(rows)), key=lambda i: bleu[i])
+    axes[0].axvline(steps[best], color="grey", ls=":", lw=1)
+    axes[0].set_title(f"best val BLEU {bleu[best]:.2f} at update {steps[best]}")
+    axes[1].set_title(f"{steps[-1]} updates in {minutes[-1]:.0f} min")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from tf_transformer.config import load_config
+    from tf_transformer.data import read_parallel_text
+    from tf_transformer.data.tokenizer import Tokenizer
+    from tf_transformer.training.validation_bleu import read_eval_log
+
+    run = Path(args.run)
+    cfg = load_config(str(run / "config.yaml"), require_vocab=True)
+    rows = read_eval_log(run / "eval.jsonl")
+    if not rows:
+        say(f"{run / 'eval.jsonl'} has no evaluations: was train.eval_bleu_every_steps set?")
+        return 2
+    out_dir = run / "report"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    beams = [int(b) for b in args.beams.split(",")]
+    alpha = cfg.decode.alpha if args.alpha is None else args.alpha
+    tokenizer = Tokenizer(run / "vocab.model")
+    splits = {"val": read_parallel_text(cfg.data, "valid"), "test2016": read_parallel_text(cfg.data, "test")}
+    if args.limit:
+        splits = {k: (s[: args.limit], r[: args.limit]) for k, (s, r) in splits.items()}
+    started = time.time()
+    sets = weight_sets(run, cfg)
+    results = {name: decode_and_score(run, name, path, tokenizer, splits, beams, alpha, cfg)
+               for name, path in sets.items()}
+    eval_seconds = time.time() - started
+    plot_curve(rows, out_dir / "learning-curve.png")
+
+    # Selection on val only.
+    chosen = max(((n, b) for n in results for b in beams), key=lambda nb: results[nb[0]][("val", nb[1])]
+                 ["scores"]["bleu_lc_moses"])
+    test = results[chosen[0]][("test2016", chosen[1])]
+    last = rows[-1]
+    decode_minutes = sum(r.get("eval_seconds", 0.0) for r in rows) / 60.0
+    train_minutes = last["minutes"]
+    best_row = max(rows, key=lambda r: r["val_bleu"])
+
+    lines = [f"# Multi30k En->De test2016: {cfg.name} ({run})", ""]
+    lines.append(f"{last['step']} updates in {train_minutes:.1f} wall-clock minutes of training "
+                 f"({last['step'] / (train_minutes * 60):.2f} updates/s), of which {decode_minutes:.1f} min were "
+                 f"greedy validation BLEU every {cfg.train.eval_bleu_every_steps} updates; best val BLEU (greedy) "
+                 f"{best_row['val_bleu']:.2f} at update {best_row['step']}. Evaluation below: "
+                 f"{eval_seconds / 60:.1f} min (cached parts not counted)."
+                 + (f" Training command: {args.train_seconds / 60:.1f} min." if args.train_seconds else ""))
+    lines += ["", f"**Chosen on val** (lowercased Moses-tokenized BLEU): {chosen[0]}, beam {chosen[1]}, "
+              f"alpha {alpha}. test2016: sacreBLEU **{test['scores']['sacrebleu']:.2f}**, lowercased "
+              f"Moses-tokenized BLEU **{test['scores']['bleu_lc_moses']:.2f}** (published "
+              f"{PUBLISHED['name']}: {PUBLISHED['bleu_lc_moses']}), chrF2 {test['scores']['chrf']:.2f}.", ""]
+    lines += ["| weights | beam | val sacreBLEU | val BLEU lc Moses | test sacreBLEU | test BLEU lc Moses | "
+              "test BLEU lc 13a | test chrF2 | test run-ons (>2x source words) |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in results:
+        for beam in beams:
+            v, t = results[name][("val", beam)], results[name][("test2016", beam)]
+            mark = " (chosen)" if (name, beam) == chosen else ""
+            lines.append(f"| {name}{mark} | {beam} | {v['scores']['sacrebleu']:.2f} | {v['scores']['bleu_lc_moses']:.2f}"
+                         f" | {t['scores']['sacrebleu']:.2f} | {t['scores']['bleu_lc_moses']:.2f} | "
+                         f"{t['scores']['bleu_lc']:.2f} | {t['scores']['chrf']:.2f} | {t['run_ons']} |")
+    sig = test["signatures"]
+    lines += ["", "Signatures: " + "; ".join(f"`{sig[k]}`" for k in ("sacrebleu", "bleu_lc_moses", "chrf")), "",
+              "![learning curve](learning-curve.png)", "",
+              "| update | minutes | val BLEU (greedy) | val loss | val perplexity |", "|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['step']} | {r['minutes']:.1f} | {r['val_bleu']:.2f} | {r.get('val_loss', float('nan')):.3f} | "
+                     f"{r.get('val_perplexity', float('nan')):.2f} |")
+    (out_dir / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    payload = {"run": str(run), "updates": last["step"], "train_minutes": train_minutes, "chosen": list(chosen),
+               "alpha": alpha, "results": {n: {f"{s}/beam{b}": m for (s, b), m in r.items()}
+                                           for n, r in results.items()}, "evaluations": rows}
+    (out_dir / "results.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    print(f"report: {chosen[0]}, beam {chosen[1]} (chosen on val): test2016 sacreBLEU "
+          f"{test['scores']['sacrebleu']:.2f}, BLEU lc Moses {test['scores']['bleu_lc_moses']:.2f}; wrote "
+          f"{out_dir / 'report.md'}, {out_dir / 'learning-curve.png'}, {out_dir / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -36,6 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -73,7 +74,8 @@ def load(args):
     from tf_transformer.decoding.translator import load_model, load_tokenizer
 
     if args.tiny:
-        from tf_transformer.decoding.testing import make_tiny_assets, toy_sentences
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the suite's helpers
+        from helpers.tiny_model import make_tiny_assets, toy_sentences
 
         directory = os.path.join(tempfile.gettempdir(), "tft_bench_tiny_model")
         args.model, args.vocab = make_tiny_assets(directory)

@@ -5,8 +5,8 @@ import subprocess
 import sys
 
 import pytest
+from helpers.tiny_model import make_tiny_assets, toy_sentences
 
-from tf_transformer.decoding.testing import make_tiny_assets, toy_sentences
 from tf_transformer.decoding.translator import (
     ProgressBar,
     Translator,

@@ -3,8 +3,7 @@
 import json
 
 import pytest
-
-from tf_transformer.decoding.testing import make_tiny_assets, toy_sentences
+from helpers.tiny_model import make_tiny_assets, toy_sentences
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,7 @@ import textwrap
 
 import numpy as np
 import pytest
-
-from tf_transformer.decoding.testing import make_tiny_assets, toy_sentences
+from helpers.tiny_model import make_tiny_assets, toy_sentences
 
 TEXTS = toy_sentences(58, seed=11) + [
     "",

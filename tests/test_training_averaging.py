@@ -2,11 +2,11 @@
 
 import numpy as np
 import pytest
+from helpers.synthetic import tiny_config
 
 from tf_transformer.errors import UserError
 from tf_transformer.training.averaging import average_checkpoints, average_run
 from tf_transformer.training.loop import _write_config
-from tf_transformer.training.testing import tiny_config
 
 
 def _model(cfg):

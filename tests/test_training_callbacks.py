@@ -1,6 +1,7 @@
 """Callbacks: timed checkpoints (keep last K), stopping at a step, wall-clock budget."""
 
 import keras
+from helpers.synthetic import tiny_config
 
 from tf_transformer.training.callbacks import (
     StopAtStep,
@@ -8,7 +9,6 @@ from tf_transformer.training.callbacks import (
     WallClockBudget,
     list_checkpoints,
 )
-from tf_transformer.training.testing import tiny_config
 
 
 class _Holder(keras.Model):

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from corpora import write_tiny_parallel_corpus
+from helpers.corpora import write_tiny_parallel_corpus
+from helpers.synthetic import dataset_fn, task_batches, tiny_config
 
 from tf_transformer.training.loop import _plan
-from tf_transformer.training.testing import dataset_fn, task_batches, tiny_config
 from tf_transformer.training.trainer import accumulation_steps_for
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,9 +8,9 @@ import types
 import keras
 import numpy as np
 import pytest
+from helpers.tiny_model import make_tiny_assets, toy_sentences
 
 from tf_transformer.config import ConfigError, load_config
-from tf_transformer.decoding.testing import make_tiny_assets, toy_sentences
 from tf_transformer.training.validation_bleu import ValidationBLEU, read_eval_log
 
 
@@ -179,7 +179,7 @@ def test_cli_train_evaluates_keeps_best_and_stops_early(tmp_path):
     import sys
     from pathlib import Path
 
-    from corpora import write_tiny_parallel_corpus
+    from helpers.corpora import write_tiny_parallel_corpus
 
     corpus = write_tiny_parallel_corpus(tmp_path / "corpus")
     config = tmp_path / "tiny.yaml"

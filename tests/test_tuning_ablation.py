@@ -3,12 +3,12 @@
 import json
 
 import pytest
+from helpers.tiny_multi30k import tiny_overrides
 
 from tf_transformer.cli import main
 from tf_transformer.errors import UserError
 from tf_transformer.paper import TABLE3
 from tf_transformer.tuning.ablation import format_report, plot_report, run_ablation
-from tf_transformer.tuning.testing import tiny_overrides
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -5,13 +5,13 @@ import csv
 import keras
 import keras_tuner as kt
 import pytest
+from helpers.tiny_multi30k import tiny_overrides
 
 from tf_transformer.cli import main
 from tf_transformer.config import ConfigError, load_config
 from tf_transformer.model import count_parameters
 from tf_transformer.tuning import SearchSpace, TransformerHyperModel, run_search
 from tf_transformer.tuning.search import format_markdown
-from tf_transformer.tuning.testing import tiny_overrides
 
 
 @pytest.fixture(scope="module")

@@ -30,10 +30,10 @@ def mirrored(out):
     _set_two_cpus()
     import keras
     import tensorflow as tf
+    from helpers.synthetic import dataset_fn, make_batch, random_sentences
 
     from tf_transformer.model import Transformer
     from tf_transformer.training.strategy import distribute, make_strategy
-    from tf_transformer.training.testing import dataset_fn, make_batch, random_sentences
     from tf_transformer.training.trainer import TrainingModel
 
     # different sentence counts and lengths per replica, as token buckets give
@@ -92,9 +92,10 @@ def mirrored(out):
 
 
 def multiworker(out, model_dir):
+    from helpers.synthetic import dataset_fn, task_batches, tiny_config
+
     from tf_transformer.training import train
     from tf_transformer.training.strategy import make_strategy, task_info
-    from tf_transformer.training.testing import dataset_fn, task_batches, tiny_config
 
     strategy = make_strategy("multiworker")
     info = task_info(strategy)
@@ -114,10 +115,10 @@ def multiworker(out, model_dir):
 
 def resume(model_dir, steps, progress_file):
     import keras
+    from helpers.synthetic import dataset_fn, task_batches, tiny_config
 
     from tf_transformer.training import train
     from tf_transformer.training.callbacks import current_step
-    from tf_transformer.training.testing import dataset_fn, task_batches, tiny_config
 
     class Progress(keras.callbacks.Callback):
         first = None

@@ -1,16 +1,4 @@
-"""Typed configuration: model, data, training and decoding sections, YAML presets, validation.
-
-A config file is YAML with up to four sections and an optional parent::
-
-    extends: base            # a preset name or a path relative to this file
-    model:  {d_model: 256, num_heads: 4, ...}
-    data:   {source: multi30k, ...}
-    train:  {warmup_steps: 4000, ...}
-    decode: {beam_size: 4, alpha: 0.6, ...}
-
-Presets shipped with the package live in ``tf_transformer/configs`` (``configs/`` at the
-repository root points there): ``base``, ``big``, ``multi30k_small`` and the 18 rows of the
-paper's Table 3 as ``table3/A1`` ... ``table3/E``.
+"""Typed configuration: the model, data, training and decoding sections and their rules.
 
 Every error names the field, the value and the rule, e.g.
 ``model.d_model=500 is not divisible by model.num_heads=8 (key_dim is derived as d_model/num_heads)``.
@@ -19,17 +7,13 @@ Every error names the field, the value and the rule, e.g.
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
-from dataclasses import dataclass, field, fields
-from pathlib import Path
-from typing import Any, Mapping, Optional, Union, get_args, get_origin, get_type_hints
+from dataclasses import dataclass, field
+from typing import Optional
 
-PRESET_DIR = Path(__file__).resolve().parent / "configs"
+from tf_transformer.errors import ConfigError
 
-
-class ConfigError(ValueError):
-    """A configuration value is missing, of the wrong type or breaks a rule."""
+#: ``train.strategy`` values (``tft train --strategy``).
+STRATEGIES = ("auto", "default", "mirrored", "multiworker")
 
 
 # ---------------------------------------------------------------------------------------
@@ -39,7 +23,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class ModelConfig:
-    """Architecture hyper-parameters (SPEC section 1-2). Defaults are the paper's base model.
+    """Architecture hyper-parameters (paper sections 3.1-3.5). Defaults are the paper's base model.
 
     ``key_dim`` (d_k) and ``value_dim`` (d_v) default to ``d_model // num_heads``; Table 3
     sets them independently.
@@ -108,7 +92,7 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    """Where the parallel text comes from and how it is batched (SPEC section 3).
+    """Where the parallel text comes from and how it is batched (paper section 5.1).
 
     ``source``: ``multi30k`` (the bundled copy), ``text`` (plain parallel files, .txt or
     .gz) or ``tfds`` (a TFDS translation dataset such as ``wmt14_translate/de-en``).
@@ -128,7 +112,7 @@ class DataConfig:
     valid_target: Optional[str] = None
     test_source: Optional[str] = None
     test_target: Optional[str] = None
-    multi30k_dir: Optional[str] = None  # default: the bundled data/multi30k of the repository
+    multi30k_dir: Optional[str] = None  # default: the bundled copy (data/multi30k, shipped in the package)
     # TFDS (source == "tfds")
     tfds_name: Optional[str] = None
     tfds_data_dir: Optional[str] = None
@@ -200,7 +184,7 @@ class DataConfig:
 
 @dataclass
 class TrainConfig:
-    """The paper's recipe (SPEC section 3): Adam(0.9, 0.98, 1e-9), warmup/inverse-sqrt,
+    """The paper's recipe (section 5): Adam(0.9, 0.98, 1e-9), warmup/inverse-sqrt,
     label smoothing 0.1, checkpoints every 10 minutes, averaging of the last 5."""
 
     train_steps: int = 100_000
@@ -253,9 +237,9 @@ class TrainConfig:
             _positive(p + "backup_every_steps", self.backup_every_steps)
         if self.checkpoint_every_minutes <= 0:
             raise ConfigError(f"{p}checkpoint_every_minutes={self.checkpoint_every_minutes} must be > 0")
-        if self.strategy not in ("auto", "default", "mirrored", "multiworker"):
+        if self.strategy not in STRATEGIES:
             raise ConfigError(
-                f"{p}strategy={self.strategy!r} is not one of 'auto', 'default', 'mirrored', 'multiworker'"
+                f"{p}strategy={self.strategy!r} is not one of {', '.join(map(repr, STRATEGIES))}"
             )
         if self.mixed_precision not in (None, "float32", "mixed_float16", "mixed_bfloat16"):
             raise ConfigError(
@@ -288,7 +272,7 @@ class TrainConfig:
 
 @dataclass
 class DecodeConfig:
-    """Beam search as in the paper (SPEC section 4)."""
+    """Beam search as in the paper (section 6.1)."""
 
     beam_size: int = 4
     alpha: float = 0.6
@@ -330,191 +314,6 @@ class Config:
 
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "decode": DecodeConfig}
-
-
-# ---------------------------------------------------------------------------------------
-# Loading
-# ---------------------------------------------------------------------------------------
-
-
-def list_presets() -> list[str]:
-    """Names accepted by :func:`load_config` besides file paths."""
-    names = [p.stem for p in sorted(PRESET_DIR.glob("*.yaml"))]
-    names += ["table3/" + p.stem for p in sorted((PRESET_DIR / "table3").glob("*.yaml"))]
-    return names
-
-
-def _resolve_path(name_or_path: Union[str, os.PathLike], relative_to: Optional[Path] = None) -> Path:
-    text = str(name_or_path)
-    candidates = []
-    path = Path(text)
-    if relative_to is not None and not path.is_absolute():
-        candidates.append(relative_to / path)
-    candidates.append(path)
-    if not text.endswith((".yaml", ".yml")):
-        candidates.append(PRESET_DIR / (text + ".yaml"))
-    candidates.append(PRESET_DIR / text)
-    for c in candidates:
-        if c.is_file():
-            return c.resolve()
-    raise ConfigError(
-        f"config {text!r} is neither a file nor a preset; presets: {', '.join(list_presets())}"
-    )
-
-
-def _read_yaml(path: Path) -> dict:
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text ({e})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping with sections model/data/train/decode, got {type(data).__name__}")
-    return data
-
-
-def _merge(base: dict, over: Mapping) -> dict:
-    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
-    for k, v in over.items():
-        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = v
-    return out
-
-
-def _load_raw(path: Path, seen: tuple = ()) -> dict:
-    if path in seen:
-        raise ConfigError(f"{path}: 'extends' forms a cycle: {' -> '.join(map(str, seen + (path,)))}")
-    raw = _read_yaml(path)
-    parent = raw.pop("extends", None)
-    if parent is not None:
-        base = _load_raw(_resolve_path(parent, path.parent), seen + (path,))
-        raw = _merge(base, raw)
-    return raw
-
-
-def _coerce(where: str, value: Any, annotation: Any) -> Any:
-    origin = get_origin(annotation)
-    if origin is Union:
-        args = [a for a in get_args(annotation) if a is not type(None)]
-        if value is None:
-            return None
-        return _coerce(where, value, args[0])
-    if value is None:
-        raise ConfigError(f"{where}=null is not allowed (expected {annotation.__name__})")
-    if annotation is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{where}={value!r} must be true or false")
-    if annotation is int:
-        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
-            raise ConfigError(f"{where}={value!r} must be an integer")
-        return int(value)
-    if annotation is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}={value!r} must be a number")
-        if math.isnan(value):
-            raise ConfigError(f"{where}=nan is not a number")
-        return float(value)
-    if annotation is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}={value!r} must be a string")
-        return value
-    return value
-
-
-def _build_section(name: str, cls, values: Any, source: str):
-    if values is None:
-        values = {}
-    if not isinstance(values, Mapping):
-        raise ConfigError(f"{source}: section '{name}' must be a mapping, got {type(values).__name__}")
-    hints = get_type_hints(cls)
-    known = {f.name for f in fields(cls)}
-    kwargs = {}
-    for key, value in values.items():
-        if key not in known:
-            close = [k for k in known if k.split("_")[0] == str(key).split("_")[0]]
-            hint = f" (did you mean {', '.join(sorted(close))}?)" if close else ""
-            raise ConfigError(
-                f"{source}: unknown field {name}.{key}{hint}; known fields: {', '.join(sorted(known))}"
-            )
-        kwargs[key] = _coerce(f"{name}.{key}", value, hints[key])
-    return cls(**kwargs)
-
-
-def config_from_dict(raw: Mapping, source: str = "<dict>", validate: bool = True, require_vocab: bool = False) -> Config:
-    raw = dict(raw)
-    raw.pop("extends", None)
-    name = raw.pop("name", None)
-    unknown = set(raw) - set(SECTIONS)
-    if unknown:
-        raise ConfigError(
-            f"{source}: unknown section(s) {', '.join(sorted(map(str, unknown)))}; "
-            f"expected {', '.join(SECTIONS)} (and optional 'extends', 'name')"
-        )
-    sections = {k: _build_section(k, cls, raw.get(k), source) for k, cls in SECTIONS.items()}
-    cfg = Config(name=name, **sections)
-    if validate:
-        try:
-            cfg.validate(require_vocab=require_vocab)
-        except ConfigError as e:
-            raise ConfigError(f"{source}: {e}") from None
-    return cfg
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """``"train.warmup_steps=100"`` -> ``("train.warmup_steps", 100)`` (value parsed as YAML)."""
-    import yaml
-
-    if "=" not in text:
-        raise ConfigError(f"override {text!r} must look like section.field=value, e.g. train.warmup_steps=100")
-    key, value = text.split("=", 1)
-    key = key.strip()
-    if key.count(".") != 1:
-        raise ConfigError(f"override {text!r}: the key must be section.field, e.g. model.d_model")
-    try:
-        parsed = yaml.safe_load(value) if value.strip() else None
-    except yaml.YAMLError:
-        parsed = value
-    return key, parsed
-
-
-def apply_overrides(raw: dict, overrides: list[str]) -> dict:
-    out = _merge(raw, {})
-    for item in overrides or []:
-        key, value = parse_override(item)
-        section, name = key.split(".")
-        if section not in SECTIONS:
-            raise ConfigError(f"override {item!r}: unknown section {section!r}; expected {', '.join(SECTIONS)}")
-        out.setdefault(section, {})
-        if out[section] is None:
-            out[section] = {}
-        out[section][name] = value
-    return out
-
-
-def load_config(
-    name_or_path: Union[str, os.PathLike],
-    overrides: Optional[list[str]] = None,
-    validate: bool = True,
-    require_vocab: bool = False,
-) -> Config:
-    """Load a preset (``"base"``, ``"table3/C3"``) or a YAML file, apply ``section.field=value``
-    overrides and validate. ``require_vocab`` makes a missing ``model.vocab_size`` an error
-    (training fills it from the vocabulary when it is not set)."""
-    path = _resolve_path(name_or_path)
-    raw = apply_overrides(_load_raw(path), overrides or [])
-    cfg = config_from_dict(raw, source=str(path), validate=validate, require_vocab=require_vocab)
-    if cfg.name is None:
-        cfg.name = path.stem if path.parent.name != "table3" else "table3/" + path.stem
-    return cfg
 
 
 def _positive(where: str, value) -> None:

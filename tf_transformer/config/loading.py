@@ -1,0 +1,223 @@
+"""Loading configs: YAML files and presets, ``extends`` chains, ``section.field=value`` overrides.
+
+A config file is YAML with up to four sections and an optional parent::
+
+    extends: base            # a preset name or a path relative to this file
+    model:  {d_model: 256, num_heads: 4, ...}
+    data:   {source: multi30k, ...}
+    train:  {warmup_steps: 4000, ...}
+    decode: {beam_size: 4, alpha: 0.6, ...}
+
+The presets are the YAML files of the repository's ``configs/`` directory, shipped inside the
+package (see :mod:`tf_transformer.resources`): ``base``, ``big``, ``multi30k_small`` and the 18
+rows of the paper's Table 3 as ``table3/A1`` ... ``table3/E``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, Mapping, Optional, Union, get_args, get_origin, get_type_hints
+
+from tf_transformer.config.schema import SECTIONS, Config
+from tf_transformer.errors import ConfigError
+from tf_transformer.resources import shipped_dir
+
+#: The presets' directory (``None`` when neither the package nor the checkout has them).
+PRESET_DIR = shipped_dir("configs")
+
+
+def _preset_dir() -> Path:
+    if PRESET_DIR is None:
+        from tf_transformer.resources import missing_message
+
+        raise ConfigError(missing_message("configs", "the config presets"))
+    return PRESET_DIR
+
+
+def list_presets() -> list[str]:
+    """Names accepted by :func:`load_config` besides file paths."""
+    presets = _preset_dir()
+    names = [p.stem for p in sorted(presets.glob("*.yaml"))]
+    names += ["table3/" + p.stem for p in sorted((presets / "table3").glob("*.yaml"))]
+    return names
+
+
+def _resolve_path(name_or_path: Union[str, os.PathLike], relative_to: Optional[Path] = None) -> Path:
+    text = str(name_or_path)
+    candidates = []
+    path = Path(text)
+    if relative_to is not None and not path.is_absolute():
+        candidates.append(relative_to / path)
+    candidates.append(path)
+    if PRESET_DIR is not None:
+        if not text.endswith((".yaml", ".yml")):
+            candidates.append(PRESET_DIR / (text + ".yaml"))
+        candidates.append(PRESET_DIR / text)
+    for c in candidates:
+        if c.is_file():
+            return c.resolve()
+    raise ConfigError(
+        f"config {text!r} is neither a file nor a preset; presets: {', '.join(list_presets())}"
+    )
+
+
+def _read_yaml(path: Path) -> dict:
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text ({e})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with sections model/data/train/decode, "
+                          f"got {type(data).__name__}")
+    return data
+
+
+def _merge(base: dict, over: Mapping) -> dict:
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
+    for k, v in over.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _load_raw(path: Path, seen: tuple = ()) -> dict:
+    if path in seen:
+        raise ConfigError(f"{path}: 'extends' forms a cycle: {' -> '.join(map(str, seen + (path,)))}")
+    raw = _read_yaml(path)
+    parent = raw.pop("extends", None)
+    if parent is not None:
+        base = _load_raw(_resolve_path(parent, path.parent), seen + (path,))
+        raw = _merge(base, raw)
+    return raw
+
+
+def _coerce(where: str, value: Any, annotation: Any) -> Any:
+    origin = get_origin(annotation)
+    if origin is Union:
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(where, value, args[0])
+    if value is None:
+        raise ConfigError(f"{where}=null is not allowed (expected {annotation.__name__})")
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}={value!r} must be true or false")
+    if annotation is int:
+        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
+            raise ConfigError(f"{where}={value!r} must be an integer")
+        return int(value)
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}={value!r} must be a number")
+        if math.isnan(value):
+            raise ConfigError(f"{where}=nan is not a number")
+        return float(value)
+    if annotation is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}={value!r} must be a string")
+        return value
+    return value
+
+
+def _build_section(name: str, cls, values: Any, source: str):
+    if values is None:
+        values = {}
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{source}: section '{name}' must be a mapping, got {type(values).__name__}")
+    hints = get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        if key not in known:
+            close = [k for k in known if k.split("_")[0] == str(key).split("_")[0]]
+            hint = f" (did you mean {', '.join(sorted(close))}?)" if close else ""
+            raise ConfigError(
+                f"{source}: unknown field {name}.{key}{hint}; known fields: {', '.join(sorted(known))}"
+            )
+        kwargs[key] = _coerce(f"{name}.{key}", value, hints[key])
+    return cls(**kwargs)
+
+
+def config_from_dict(raw: Mapping, source: str = "<dict>", validate: bool = True,
+                     require_vocab: bool = False) -> Config:
+    raw = dict(raw)
+    raw.pop("extends", None)
+    name = raw.pop("name", None)
+    unknown = set(raw) - set(SECTIONS)
+    if unknown:
+        raise ConfigError(
+            f"{source}: unknown section(s) {', '.join(sorted(map(str, unknown)))}; "
+            f"expected {', '.join(SECTIONS)} (and optional 'extends', 'name')"
+        )
+    sections = {k: _build_section(k, cls, raw.get(k), source) for k, cls in SECTIONS.items()}
+    cfg = Config(name=name, **sections)
+    if validate:
+        try:
+            cfg.validate(require_vocab=require_vocab)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+    return cfg
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"train.warmup_steps=100"`` -> ``("train.warmup_steps", 100)`` (value parsed as YAML)."""
+    import yaml
+
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like section.field=value, e.g. train.warmup_steps=100")
+    key, value = text.split("=", 1)
+    key = key.strip()
+    if key.count(".") != 1:
+        raise ConfigError(f"override {text!r}: the key must be section.field, e.g. model.d_model")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError:
+        parsed = value
+    return key, parsed
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    out = _merge(raw, {})
+    for item in overrides or []:
+        key, value = parse_override(item)
+        section, name = key.split(".")
+        if section not in SECTIONS:
+            raise ConfigError(f"override {item!r}: unknown section {section!r}; expected {', '.join(SECTIONS)}")
+        out.setdefault(section, {})
+        if out[section] is None:
+            out[section] = {}
+        out[section][name] = value
+    return out
+
+
+def load_config(
+    name_or_path: Union[str, os.PathLike],
+    overrides: Optional[list[str]] = None,
+    validate: bool = True,
+    require_vocab: bool = False,
+) -> Config:
+    """Load a preset (``"base"``, ``"table3/C3"``) or a YAML file, apply ``section.field=value``
+    overrides and validate. ``require_vocab`` makes a missing ``model.vocab_size`` an error
+    (training fills it from the vocabulary when it is not set)."""
+    path = _resolve_path(name_or_path)
+    raw = apply_overrides(_load_raw(path), overrides or [])
+    cfg = config_from_dict(raw, source=str(path), validate=validate, require_vocab=require_vocab)
+    if cfg.name is None:
+        cfg.name = path.stem if path.parent.name != "table3" else "table3/" + path.stem
+    return cfg
+
+

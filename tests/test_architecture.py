@@ -1,11 +1,71 @@
-"""Packaging: the package list and the shipped data directories (configs/, data/multi30k/)."""
+"""The package's layering (pyproject.toml's [tool.importlinter] contracts, run by lint-imports)
+and its packaging list; each contract is also shown to fail on code that breaks it."""
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def lint_imports(package_root: Path) -> subprocess.CompletedProcess:
+    """Run the repository's contracts over the ``tf_transformer`` found in ``package_root``."""
+    env = dict(os.environ, PYTHONPATH=str(package_root))
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache", str(REPO / "pyproject.toml")], cwd=package_root,
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def copy_package(tmp_path: Path) -> Path:
+    root = tmp_path / "tree"
+    shutil.copytree(REPO / "tf_transformer", root / "tf_transformer", ignore=shutil.ignore_patterns("__pycache__"))
+    return root / "tf_transformer"
+
+
+def test_the_contracts_are_kept():
+    out = lint_imports(REPO)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "2 kept, 0 broken" in out.stdout
+
+
+def test_layers_contract_fails_on_the_old_upward_import(tmp_path):
+    """The import that made layers -> training -> model -> layers a cycle (LayerNorm's fast
+    path imported from training/), put back into a copy of the package, breaks the contract."""
+    pkg = copy_package(tmp_path)
+    shutil.copyfile(pkg / "ops" / "layer_norm.py", pkg / "training" / "kernels.py")
+    norm = pkg / "layers" / "normalization.py"
+    text = norm.read_text()
+    assert "from tf_transformer.ops.layer_norm import layer_norm_last_axis" in text
+    norm.write_text(text.replace("from tf_transformer.ops.layer_norm import",
+                                 "from tf_transformer.training.kernels import"))
+    out = lint_imports(pkg.parent)
+    assert out.returncode != 0
+    assert "BROKEN" in out.stdout
+    assert "tf_transformer.layers.normalization -> tf_transformer.training.kernels" in out.stdout
+
+
+def test_keras_ops_only_contract_fails_on_a_tensorflow_import(tmp_path):
+    pkg = copy_package(tmp_path)
+    encoder = pkg / "layers" / "encoder.py"
+    encoder.write_text(encoder.read_text().replace("import keras\n", "import keras\nimport tensorflow  # noqa\n", 1))
+    out = lint_imports(pkg.parent)
+    assert out.returncode != 0
+    assert "tf_transformer.layers.encoder -> tensorflow" in out.stdout
+
+
+def test_cli_is_the_top_layer_and_errors_the_bottom():
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c for c in contracts if c["id"] == "layers")["layers"]
+    order = [name.strip() for layer in layers for name in layer.replace(":", "|").split("|")]
+    assert order[0] == "cli" and order[-1] == "errors"
+    expected = [m for m in ("cli", "tuning", "training", "decoding", "data", "io", "model", "layers", "ops", "config")
+                if m in order]
+    assert sorted(expected, key=order.index) == expected
 
 
 def test_packaging_lists_every_package_and_maps_the_shipped_directories():

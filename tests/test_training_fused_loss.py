@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_transformer.training.losses import _fused_statistics, reference_statistics
+from tf_transformer.ops.loss import fused_token_statistics as _fused_statistics
+from tf_transformer.training.losses import reference_statistics
 
 
 @pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.2])

@@ -1,22 +1,14 @@
-"""Layer normalization with a closed-form gradient under TensorFlow (paper 3.1, 5.4:
+"""Layer normalization with a closed-form gradient under TensorFlow (paper 3.1:
 ``LayerNorm(x + Sublayer(x))`` after every sublayer).
 
 :class:`LayerNorm` *is* ``keras.layers.LayerNormalization`` (same weights ``gamma``/``beta``,
 same config, same values): models saved with either load into the other. Under the
 TensorFlow backend, for the usual case (normalize over the last axis, with scale and
 offset), it computes in float32 (as Keras does for half-precision inputs) through
-:func:`tf_transformer.training.kernels.layer_norm_last_axis` (TensorFlow code stays out of
-``layers/``; it is imported only when the backend is TensorFlow), whose gradient is
-written out::
-
-    x_hat = (x - mean) / sqrt(var + eps),   y = gamma * x_hat + beta
-    dx    = (g - mean(g) - x_hat * mean(g * x_hat)) / sqrt(var + eps),   g = dy * gamma
-    dgamma = sum(dy * x_hat),   dbeta = sum(dy)
-
-instead of TensorFlow differentiating ``moments``/``rsqrt`` op by op (a dozen passes and
-buffers over the ``[tokens, d_model]`` activations). A Transformer step has ``5N + 2`` of them
-(17 in a 3+3 model); the closed form is ~30% cheaper per call on CPU (bench/RESULTS.md).
-Every other backend and configuration uses Keras' own ``call``.
+:func:`tf_transformer.ops.layer_norm.layer_norm_last_axis`, whose gradient is written out
+instead of TensorFlow differentiating ``moments``/``rsqrt`` op by op. That module is imported
+on the first such call only, so this one needs nothing but Keras. Every other backend and
+configuration uses Keras' own ``call``.
 """
 
 from __future__ import annotations
@@ -48,7 +40,7 @@ class LayerNorm(keras.layers.LayerNormalization):
     def call(self, inputs):
         if not self._fast_path():
             return super().call(inputs)
-        from tf_transformer.training.kernels import layer_norm_last_axis  # TensorFlow only
+        from tf_transformer.ops.layer_norm import layer_norm_last_axis  # TensorFlow only
 
         outputs = layer_norm_last_axis(inputs, self.gamma, self.beta, self.epsilon)
         return keras.ops.cast(outputs, self.compute_dtype)

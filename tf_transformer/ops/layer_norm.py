@@ -1,10 +1,13 @@
-"""TensorFlow kernels with written-out gradients for the training hot path.
+"""Layer normalization over the last axis with a closed-form gradient (TensorFlow).
 
-The layers stay ``keras.ops`` only (DESIGN.md); where the TensorFlow backend runs them, a
-layer may call one of these instead of letting TensorFlow differentiate its ops one by one.
-Each computes the same values as the layer's generic path and is tested against it
-(tests/test_layers.py, tests/test_training_fused_loss.py). The fused projection + loss is
-:func:`tf_transformer.training.losses.tied_head_statistics`.
+:class:`tf_transformer.layers.LayerNorm` calls :func:`layer_norm_last_axis` under the
+TensorFlow backend instead of letting TensorFlow differentiate ``moments``/``rsqrt`` op by op;
+it computes the same values as ``keras.layers.LayerNormalization`` (tests/test_layers.py
+compares values and gradients)::
+
+    x_hat = (x - mean) / sqrt(var + eps),   y = gamma * x_hat + beta
+    dx    = (g - mean(g) - x_hat * mean(g * x_hat)) / sqrt(var + eps),   g = dy * gamma
+    dgamma = sum(dy * x_hat),   dbeta = sum(dy)
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ import tensorflow as tf
 
 
 def layer_norm_last_axis(x, gamma, beta, epsilon: float):
-    """Layer norm over the last axis in float32 with a closed-form gradient (see
-    :mod:`tf_transformer.layers.normalization`); returns float32."""
+    """Layer norm of ``x`` over its last axis, computed in float32 with the closed-form
+    gradient above; returns float32."""
     in_dtype = x.dtype
     gamma = tf.cast(tf.convert_to_tensor(gamma), tf.float32)
     beta = tf.cast(tf.convert_to_tensor(beta), tf.float32)

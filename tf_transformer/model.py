@@ -189,6 +189,12 @@ class Transformer(keras.Model):
         memory, source_mask = self.encode(source_ids, training=training)
         return self.decoder_states(target_input_ids, memory, source_mask, training=training)
 
+    @property
+    def output_table(self):
+        """The ``[vocab_size, d_model]`` table of the pre-softmax projection (shared with both
+        embeddings, paper section 3.4): ``logits = hidden_states @ output_table^T``."""
+        return self.embedding.embeddings
+
     def attention_weights(self, source_ids, target_input_ids):
         """All attention weights of one inference pass, for plots.
 

@@ -14,26 +14,26 @@ batch, summed across replicas (see :mod:`tf_transformer.training.trainer`), so t
 equals that of one device holding the same sentences.
 
 **Multi-worker.** ``multiworker`` reads the cluster from ``TF_CONFIG`` (one process per
-worker). Keras 3.15's ``model.fit`` has two bugs under ``MultiWorkerMirroredStrategy``
-(NOTES.md, "Broken upstream"; keras-team/keras#20585, tensorflow/tensorflow#72388). The
-workaround lives in :class:`~tf_transformer.training.trainer.TrainingModel` and is switched
-on only while :func:`keras_multiworker_bugs` still finds the faulty code in Keras.
+worker). Keras 3's ``model.fit`` has two bugs under ``MultiWorkerMirroredStrategy``
+(keras-team/keras#20585, tensorflow/tensorflow#72388). The workarounds live in
+:mod:`tf_transformer.compat` and are switched on only while
+:func:`tf_transformer.compat.multiworker_bugs` still finds the faulty code in Keras.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
+import math
 import os
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
+import numpy as np
 import tensorflow as tf
 
+from tf_transformer import compat
+from tf_transformer.config import STRATEGIES
 from tf_transformer.errors import UserError
-
-STRATEGIES = ("auto", "default", "mirrored", "multiworker")
 
 
 def tf_config() -> dict:
@@ -71,7 +71,7 @@ def make_strategy(name: str = "auto", devices: Optional[list[str]] = None) -> tf
     Must be called before TensorFlow runs any op when ``multiworker`` is used.
     """
     if name not in STRATEGIES:
-        raise UserError(f"--strategy {name!r} is not one of {', '.join(STRATEGIES)}")
+        raise UserError(f"strategy {name!r} is not one of {', '.join(STRATEGIES)}")
     if name == "auto":
         if _cluster_size(tf_config()) > 1:
             name = "multiworker"
@@ -85,10 +85,22 @@ def make_strategy(name: str = "auto", devices: Optional[list[str]] = None) -> tf
         return tf.distribute.MirroredStrategy(devices)
     config = tf_config()
     if not config:
-        raise UserError("--strategy multiworker needs TF_CONFIG, e.g. "
+        raise UserError("the multiworker strategy needs TF_CONFIG, e.g. "
                         '{"cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]}, '
                         '"task": {"type": "worker", "index": 0}} (one process per worker)')
     return tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def resolve_strategy(strategy: Union[str, tf.distribute.Strategy, None], default: str = "auto",
+                     one_machine: Optional[str] = None) -> tf.distribute.Strategy:
+    """A strategy object from an object (returned as is), a name, or ``None`` (``default``,
+    e.g. ``train.strategy``). With ``one_machine`` (what needs it, e.g. ``"tft tune"``) a
+    strategy spanning several workers is refused."""
+    if strategy is None or isinstance(strategy, str):
+        strategy = make_strategy(strategy or default)
+    if one_machine and is_multiworker(strategy):
+        raise UserError(f"{one_machine} runs on one machine; unset TF_CONFIG or use the mirrored strategy")
+    return strategy
 
 
 def is_default(strategy) -> bool:
@@ -99,7 +111,7 @@ def is_default(strategy) -> bool:
 def is_multiworker(strategy) -> bool:
     """True for a ``MultiWorkerMirroredStrategy`` that spans more than one worker."""
     return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-            and strategy.extended._in_multi_worker_mode())
+            and compat.in_multi_worker_mode(strategy))
 
 
 @dataclass(frozen=True)
@@ -158,54 +170,11 @@ def distribute(strategy, dataset_fn: Callable[[tf.distribute.InputContext], tf.d
     return strategy.distribute_datasets_from_function(dataset_fn, options=options)
 
 
-# ---------------------------------------------------------------------------------------
-# Keras 3 model.fit under MultiWorkerMirroredStrategy (NOTES.md "Broken upstream")
-# ---------------------------------------------------------------------------------------
+def steps_per_replica(dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset], replicas: int) -> int:
+    """Steps that cover a finite dataset once when ``replicas`` share it: the batches
+    ``dataset_fn`` makes for one pipeline at the per-replica budget, divided among the
+    replicas (rounded up, at least 1). Every worker computes the same number."""
+    counted = dataset_fn(tf.distribute.InputContext(1, 0, replicas))
+    batches = int(counted.reduce(np.int64(0), lambda n, _: n + 1))
+    return max(1, math.ceil(batches / replicas))
 
-
-@dataclass(frozen=True)
-class KerasMultiWorkerBugs:
-    """Which of the two known Keras bugs the installed Keras still has.
-
-    ``reduces_first_batch``: ``TensorFlowTrainer._maybe_symbolic_build`` averages the first
-    input batch across replicas (``strategy.reduce("MEAN", batch)``) to build the model; under
-    the collective strategy this fails, and it also fails whenever replicas hold batches of
-    different shapes (our token buckets). Fixed here by building from one local replica's batch.
-
-    ``reduces_scalars_on_axis0``: ``reduce_per_replica`` reduces every step output with
-    ``strategy.reduce("MEAN", v, axis=0)`` in multi-worker mode, which fails for scalar logs.
-    Fixed here by returning logs of shape ``[1]`` in multi-worker mode (the mean over that
-    axis is the scalar again).
-    """
-
-    reduces_first_batch: bool
-    reduces_scalars_on_axis0: bool
-
-    def any(self) -> bool:
-        return self.reduces_first_batch or self.reduces_scalars_on_axis0
-
-
-@lru_cache(maxsize=1)
-def keras_multiworker_bugs() -> KerasMultiWorkerBugs:
-    """Probe the installed Keras' source for the faulty calls (so the workaround turns itself
-    off once Keras is fixed). Unreadable source counts as "still broken"."""
-    try:
-        from keras.src.backend.tensorflow import trainer as tf_trainer
-    except ImportError:  # a Keras without this module has a different trainer: nothing to fix
-        return KerasMultiWorkerBugs(False, False)
-
-    def source(obj) -> Optional[str]:
-        try:
-            return inspect.getsource(obj)
-        except (OSError, TypeError):
-            return None
-
-    build = source(getattr(tf_trainer.TensorFlowTrainer, "_maybe_symbolic_build", None))
-    reduce = source(getattr(tf_trainer, "reduce_per_replica", None))
-    first_batch = build is None or ("distribute_strategy.reduce(" in build.replace("\n", "").replace(" ", ""))
-    if reduce is None:
-        scalars = True
-    else:
-        compact = reduce.replace("\n", "").replace(" ", "")
-        scalars = 'strategy.reduce("MEAN",v,axis=0)' in compact or "strategy.reduce('MEAN',v,axis=0)" in compact
-    return KerasMultiWorkerBugs(first_batch, scalars)

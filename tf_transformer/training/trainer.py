@@ -32,8 +32,9 @@ To keep magnitudes like those of a mean (for float16), the loss is scaled by
 ``1 / nominal_tokens`` (tokens a full update should hold) before differentiation and the
 accumulated gradient by ``nominal_tokens / actual_tokens`` at the update.
 
-It also carries the small workaround for Keras 3 ``model.fit`` under
-``MultiWorkerMirroredStrategy`` (see :func:`tf_transformer.training.strategy.keras_multiworker_bugs`).
+It also carries the small workarounds for Keras 3 ``model.fit`` under
+``MultiWorkerMirroredStrategy`` (:class:`tf_transformer.compat.LocalReplicaBuild` and
+:func:`tf_transformer.compat.multiworker_bugs`).
 """
 
 from __future__ import annotations
@@ -41,13 +42,14 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from tf_transformer import compat
 from tf_transformer.training.losses import (
     Perplexity,
     TokenAccuracy,
     TokenMean,
     tied_head_statistics,
 )
-from tf_transformer.training.strategy import is_multiworker, keras_multiworker_bugs
+from tf_transformer.training.strategy import is_multiworker
 
 
 class _Counter:
@@ -73,7 +75,7 @@ class _Accumulators:
         self.micro_steps = tf.Variable(0, dtype=tf.int64, name="accum_micro_steps", **sync)
 
 
-class TrainingModel(keras.Model):
+class TrainingModel(compat.LocalReplicaBuild, keras.Model):
     """``model.fit`` wrapper around a Transformer: token-weighted label-smoothed loss,
     cross-replica normalization, gradient accumulation, global-norm clipping.
 
@@ -146,7 +148,7 @@ class TrainingModel(keras.Model):
 
     def _logs(self):
         logs = {m.name: m.result() for m in self.metrics}
-        if keras_multiworker_bugs().reduces_scalars_on_axis0 and is_multiworker(self.distribute_strategy):
+        if compat.multiworker_bugs().reduces_scalars_on_axis0 and is_multiworker(self.distribute_strategy):
             # Keras reduces multi-worker step outputs with reduce(MEAN, v, axis=0), which fails
             # on scalars; the mean over a length-1 axis gives the scalar back.
             logs = {k: tf.reshape(v, [1]) for k, v in logs.items()}
@@ -175,7 +177,7 @@ class TrainingModel(keras.Model):
         fused projection + loss (:func:`~tf_transformer.training.losses.tied_head_statistics`),
         so the ``[tokens, vocab]`` logits are made once and passed over twice (softmax, argmax)."""
         hidden = self.transformer.hidden_states((source, target_input), training=training)
-        return tied_head_statistics(target_output, hidden, self.transformer.embedding.embeddings,
+        return tied_head_statistics(target_output, hidden, self.transformer.output_table,
                                     self.label_smoothing, self.pad_id)
 
     def train_step(self, data):
@@ -211,7 +213,7 @@ class TrainingModel(keras.Model):
                 a.assign(tf.zeros_like(a))
             acc.tokens.assign(0.0)
 
-        if tf.__internal__.distribute.strategy_supports_no_merge_call():
+        if compat.supports_no_merge_call():
             tf.cond(boundary, lambda: (update(), tf.constant(True))[1], lambda: tf.constant(False))
             return
 
@@ -232,36 +234,6 @@ class TrainingModel(keras.Model):
         (source, target_input), target_output = data
         self._track(self._statistics(source, target_input, target_output, training=False))
         return self._logs()
-
-    # -- Keras 3 model.fit under a tf.distribute strategy ---------------------------------
-    def _needs_symbolic_build(self) -> bool:
-        unbuilt = not all(layer.built for layer in self._flatten_layers())
-        for attr in ("_compile_metrics", "_compile_loss"):
-            obj = getattr(self, attr, None)
-            unbuilt = unbuilt or (obj is not None and not obj.built)
-        return unbuilt
-
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        """Keras reads the first batch and averages it across replicas (``strategy.reduce``)
-        to build the model. That fails under the collective (multi-worker) strategy and when
-        replicas hold differently shaped batches (token buckets), and under any strategy it
-        reads the persistent validation iterator before resetting it, which raises
-        StopIteration once a finite validation set has been read to its end. Our model is
-        built before ``fit``: then no batch is read at all; otherwise one local replica's
-        batch gives the shapes. Active only while Keras still has the reduce
-        (:func:`~tf_transformer.training.strategy.keras_multiworker_bugs`)."""
-        strategy = getattr(self, "_distribute_strategy", None)
-        if strategy is None or not keras_multiworker_bugs().reduces_first_batch:
-            return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
-        if data_batch is None and iterator is not None and self._needs_symbolic_build():
-            for _, _, it in iterator:
-                batch = next(it)
-                data_batch = tf.nest.map_structure(
-                    lambda v: strategy.experimental_local_results(v)[0]
-                    if isinstance(v, tf.distribute.DistributedValues) else v, batch)
-                break
-        with strategy.scope():
-            self._symbolic_build(data_batch=data_batch)
 
 
 def accumulation_steps_for(tokens_per_update, tokens_per_batch: int) -> int:

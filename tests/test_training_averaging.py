@@ -5,8 +5,8 @@ import pytest
 from helpers.synthetic import tiny_config
 
 from tf_transformer.errors import UserError
+from tf_transformer.io import write_run_config as _write_config
 from tf_transformer.training.averaging import average_checkpoints, average_run
-from tf_transformer.training.loop import _write_config
 
 
 def _model(cfg):

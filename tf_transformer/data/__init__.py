@@ -1,4 +1,4 @@
-"""Input side of the recipe (SPEC section 3): the shared SentencePiece vocabulary,
+"""Input side of the recipe (paper section 5.1): the shared SentencePiece vocabulary,
 in-graph tokenization, token-budget batches, and the text / Multi30k / TFDS sources.
 
 ::
@@ -20,6 +20,7 @@ from tf_transformer._lazy import lazy_exports
 _EXPORTS = {
     "Tokenizer": "tokenizer",
     "build_vocab": "tokenizer",
+    "resolve_vocabulary": "tokenizer",
     "PAD_ID": "tokenizer",
     "UNK_ID": "tokenizer",
     "BOS_ID": "tokenizer",
@@ -44,6 +45,7 @@ __all__ = [
     "dataset_statistics",
     "make_dataset",
     "read_parallel_text",
+    "resolve_vocabulary",
     "split_files",
 ]
 

@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import io
 import os
-import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from tf_transformer.errors import DataError
+from tf_transformer.io import atomic_write, say
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE = "<pad>", "<unk>", "<s>", "</s>"
@@ -119,7 +119,7 @@ class Tokenizer:
         if not data_config.vocab_model:
             raise DataError(
                 "data.vocab_model is not set: build a vocabulary with `tft build-vocab --config "
-                "CONFIG --output runs/NAME/spm` and pass --set data.vocab_model=runs/NAME/spm.model"
+                "CONFIG --output runs/NAME/spm` and set data.vocab_model=runs/NAME/spm.model"
             )
         return cls(data_config.vocab_model)
 
@@ -255,10 +255,7 @@ def build_vocab(
     """
     from tf_transformer.data import sources
 
-    if progress is None:
-        def progress(msg):
-            print(msg, file=sys.stderr, flush=True)
-
+    progress = progress or say
     cfg = data_config
     vocab_size = int(vocab_size or cfg.vocab_size)
     prefix = str(output)
@@ -306,14 +303,11 @@ def build_vocab(
     )
     if model_path.exists() and not overwrite and model_path.read_bytes() != proto:
         raise DataError(
-            f"{model_path} exists and holds a different model; choose another --output or pass "
-            "--force to replace it (models trained with the old one need it)"
+            f"{model_path} exists and holds a different model; write the new one elsewhere or "
+            "replace it (overwrite=True); models trained with the old one need it"
         )
-    model_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = model_path.with_name(model_path.name + ".tmp")
-    tmp.write_bytes(proto)
-    os.replace(tmp, model_path)
-    vocab_path.write_text("\n".join(vocab_lines(proto)) + "\n", encoding="utf-8")
+    atomic_write(model_path, proto)
+    atomic_write(vocab_path, "\n".join(vocab_lines(proto)) + "\n")
     seconds = time.time() - start
     summary = (
         f"wrote {model_path} and {vocab_path}: {cfg.vocab_model_type.upper()} vocabulary of "
@@ -328,3 +322,39 @@ def build_vocab(
         "seconds": seconds,
         "summary": summary,
     }
+
+
+def resolve_vocabulary(cfg, default_path, *, tokenizer=None, build_missing: bool = True, log=None,
+                       who: str = "train"):
+    """The tokenizer of a run, with ``cfg`` (a ``Config``, modified) made to agree with it.
+
+    Without ``tokenizer`` it loads ``data.vocab_model`` (default ``default_path``), building
+    the vocabulary there first when the file does not exist (``build_missing=False``: an
+    error instead), and sets ``data.vocab_model`` to the file read. Then ``model.vocab_size``
+    is filled from the vocabulary, or checked against it when set. ``log`` gets one-line
+    messages prefixed with ``who``.
+    """
+    from tf_transformer.errors import ConfigError, UserError
+
+    log = log or say
+    if tokenizer is None:
+        path = Path(cfg.data.vocab_model) if cfg.data.vocab_model else Path(default_path)
+        if not path.is_file():
+            if not build_missing:
+                raise UserError(f"vocabulary {path} does not exist; build it before starting the "
+                                "workers (tft build-vocab) so that all of them read the same one")
+            log(f"{who}: vocabulary {path} does not exist: building it (data.vocab_size="
+                f"{cfg.data.vocab_size}) with tft build-vocab's code")
+            build_vocab(cfg.data, path, progress=log)
+        cfg.data.vocab_model = str(path)
+        tokenizer = Tokenizer(path)
+    size = int(tokenizer.vocab_size)
+    if cfg.model.vocab_size is None:
+        cfg.model.vocab_size = size
+    elif cfg.model.vocab_size != size:
+        raise ConfigError(
+            f"model.vocab_size={cfg.model.vocab_size} but the vocabulary {cfg.data.vocab_model} has "
+            f"{size} pieces; remove model.vocab_size (it is then taken from the vocabulary) or point "
+            "data.vocab_model at the right file")
+    return tokenizer
+

@@ -18,7 +18,6 @@ the previous file intact.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from pathlib import Path
@@ -26,6 +25,9 @@ from typing import Callable, Optional
 
 import keras
 import numpy as np
+
+from tf_transformer.errors import UserError
+from tf_transformer.io import atomic_write, save_weights
 
 CHECKPOINT_PATTERN = re.compile(r"^ckpt-(\d+)\.weights\.h5$")
 
@@ -46,13 +48,6 @@ def list_checkpoints(directory) -> list[tuple[int, Path]]:
         if m and p.is_file():
             found.append((int(m.group(1)), p))
     return sorted(found)
-
-
-def _atomic_save_weights(layer, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".partial-{os.getpid()}-{path.name}")
-    layer.save_weights(str(tmp), overwrite=True)
-    os.replace(tmp, path)
 
 
 class _UpdateCounting(keras.callbacks.Callback):
@@ -115,7 +110,7 @@ class TimedCheckpoint(_UpdateCounting):
         if self._last_step is None and path.is_file():  # a rerun of a finished run
             self._last_step = step
             return None
-        _atomic_save_weights(self.get_layer(self.model), path)
+        save_weights(self.get_layer(self.model), path)
         self._last_step = step
         self.saved.append(path)
         self._prune()
@@ -134,13 +129,16 @@ class TimedCheckpoint(_UpdateCounting):
         return self.save()
 
 
-class ResumableBackup(keras.callbacks.BackupAndRestore):
-    """``BackupAndRestore`` that resumes at the saved *update*.
+class ResumableBackup(keras.callbacks.Callback):
+    """Resumable backups (weights + optimizer state) that resume at the saved *update*.
 
-    Keras' own callback restores inside ``fit`` and restarts the saved epoch from its first
-    batch; here :meth:`restore` is called before ``fit`` (so the caller can plan the rest of
-    the run from the restored ``optimizer.iterations``), backups are written atomically, and
-    ``save_every_updates`` counts updates (``None``: at each epoch end).
+    The files are those of ``keras.callbacks.BackupAndRestore`` (``latest.weights.h5`` and
+    ``training_metadata.json`` in ``backup_dir``), but it differs from that callback where
+    training by updates needs it: :meth:`restore` is called before ``fit`` (so the caller can
+    plan the rest of the run from the restored ``optimizer.iterations``), backups are written
+    atomically, ``save_every_updates`` counts updates (``None``: at each epoch end), and the
+    backup is kept when training ends (rerunning a finished run is then a no-op, and longer
+    runs can continue).
 
     The optimizer state (step counter, Adam moments) is part of the backup, so the learning
     rate schedule continues where it stopped. Training after a restart loses at most the
@@ -149,21 +147,23 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
 
     def __init__(self, backup_dir, save_every_updates: Optional[int] = None, accumulation_steps: int = 1,
                  enabled: bool = True):
-        save_freq = "epoch" if not save_every_updates else int(save_every_updates) * max(1, int(accumulation_steps))
-        super().__init__(str(backup_dir), save_freq=save_freq, delete_checkpoint=False)
+        super().__init__()
+        self.backup_dir = Path(backup_dir)
         self.enabled = enabled
         self.accumulation_steps = max(1, int(accumulation_steps))
         self.save_every_updates = save_every_updates
+        self.save_freq = "epoch" if not save_every_updates else int(save_every_updates) * self.accumulation_steps
         self._batches = 0
+        self._epochs_done = 0
         self.last_saved_step: Optional[int] = None
 
     @property
     def weights_path(self) -> Path:
-        return Path(self._weights_path)
+        return self.backup_dir / "latest.weights.h5"
 
     @property
     def metadata_path(self) -> Path:
-        return Path(self._training_metadata_path)
+        return self.backup_dir / "training_metadata.json"
 
     def exists(self) -> bool:
         return self.weights_path.is_file()
@@ -176,37 +176,36 @@ class ResumableBackup(keras.callbacks.BackupAndRestore):
         try:
             model.load_weights(str(self.weights_path))
         except Exception as e:  # shape/structure mismatch, unreadable file
-            from tf_transformer.errors import UserError
-
             raise UserError(f"cannot resume from {self.weights_path}: {e} (was the model config changed? "
-                            "use a new --model-dir, or remove the backup to start over)") from None
+                            "use a new model directory, or remove the backup to start over)") from None
         step = current_step(model)
         self.last_saved_step = step
         return step
 
-    def on_train_begin(self, logs=None):
-        pass  # restored by restore() before fit
-
-    def on_train_end(self, logs=None):
-        pass  # the backup is kept: rerunning a finished run is then a no-op, and longer runs can continue
-
-    def _should_save_on_batch(self, batch):
+    def on_epoch_end(self, epoch, logs=None):
+        self._epochs_done = epoch + 1
         if self.save_freq == "epoch":
-            return False
-        self._batches += 1
-        return self._batches % self.save_freq == 0
+            self.save()
 
-    def _save_model(self):
-        if not self.enabled:
+    def on_train_batch_end(self, batch, logs=None):
+        if self.save_freq == "epoch":
             return
+        self._batches += 1
+        if self._batches % self.save_freq == 0:
+            self.save()
+
+    def save(self) -> Optional[Path]:
+        """Back up the fit model now (nothing when disabled or already saved at this step);
+        returns the weights path written, if any."""
+        if not self.enabled:
+            return None
         step = current_step(self.model)
         if step == self.last_saved_step:
-            return
-        _atomic_save_weights(self.model, self.weights_path)
-        tmp = self.metadata_path.with_name(f".partial-{os.getpid()}-{self.metadata_path.name}")
-        tmp.write_text(json.dumps({"epoch": self._current_epoch, "batch": self._last_batch_seen, "step": step}))
-        os.replace(tmp, self.metadata_path)
+            return None
+        save_weights(self.model, self.weights_path)
+        atomic_write(self.metadata_path, json.dumps({"epoch": self._epochs_done, "batch": 0, "step": step}))
         self.last_saved_step = step
+        return self.weights_path
 
 
 class StopAtStep(_UpdateCounting):

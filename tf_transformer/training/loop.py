@@ -28,7 +28,6 @@ import copy
 import dataclasses
 import math
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
@@ -39,16 +38,20 @@ import tensorflow as tf
 
 from tf_transformer.config import Config, ConfigError
 from tf_transformer.errors import UserError
+from tf_transformer.io import MODEL_FILE, atomic_write, save_model, say, write_run_config
+from tf_transformer.model import count_parameters
 from tf_transformer.training import callbacks as cb
 from tf_transformer.training.strategy import (
+    TaskInfo,
     describe,
     distribute,
     is_default,
     is_multiworker,
-    make_strategy,
+    resolve_strategy,
+    steps_per_replica,
     task_info,
 )
-from tf_transformer.training.trainer import accumulation_steps_for, build_training_model
+from tf_transformer.training.trainer import TrainingModel, accumulation_steps_for, build_training_model
 
 DatasetSource = Union[None, bool, tf.data.Dataset, Callable[[tf.distribute.InputContext], tf.data.Dataset]]
 
@@ -147,10 +150,6 @@ def _tensorboard_available() -> bool:
     return importlib.util.find_spec("tensorboard") is not None
 
 
-def _say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 def _as_dataset_fn(source, split_name: str):
     if callable(source) and not isinstance(source, tf.data.Dataset):
         return source
@@ -164,42 +163,6 @@ def _as_dataset_fn(source, split_name: str):
     raise TypeError(f"{split_name} data must be a tf.data.Dataset or a function(InputContext) -> Dataset")
 
 
-def _resolve_vocabulary(cfg: Config, model_dir: Path, tokenizer, need_tokenizer: bool, chief: bool, log):
-    """Tokenizer and vocab path; builds the vocabulary when data.vocab_model does not exist."""
-    from tf_transformer import data as data_api
-
-    if tokenizer is None and need_tokenizer:
-        vocab_path = Path(cfg.data.vocab_model) if cfg.data.vocab_model else model_dir / "vocab.model"
-        if not vocab_path.is_file():
-            if not chief:
-                raise UserError(f"vocabulary {vocab_path} does not exist; build it before starting the "
-                                "workers (tft build-vocab) so that all of them read the same one")
-            log(f"train: vocabulary {vocab_path} does not exist: building it (data.vocab_size="
-                f"{cfg.data.vocab_size}) with tft build-vocab's code")
-            data_api.build_vocab(cfg.data, vocab_path)
-        cfg.data.vocab_model = str(vocab_path)
-        tokenizer = data_api.Tokenizer(vocab_path)
-    if tokenizer is not None:
-        if cfg.model.vocab_size is None:
-            cfg.model.vocab_size = int(tokenizer.vocab_size)
-        elif cfg.model.vocab_size != tokenizer.vocab_size:
-            raise ConfigError(
-                f"model.vocab_size={cfg.model.vocab_size} but the vocabulary {cfg.data.vocab_model} has "
-                f"{tokenizer.vocab_size} pieces; remove model.vocab_size (it is then taken from the "
-                "vocabulary) or point data.vocab_model at the right file")
-    return tokenizer
-
-
-def _write_config(cfg: Config, path: Path) -> None:
-    import yaml
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    raw = {"name": cfg.name, **cfg.to_dict()} if cfg.name else cfg.to_dict()
-    tmp = path.with_name(".partial-" + path.name)
-    tmp.write_text("# resolved configuration written by tft train\n" + yaml.safe_dump(raw, sort_keys=False))
-    tmp.replace(path)
-
-
 def _copy_vocabulary(tokenizer, model_dir: Path) -> Optional[Path]:
     if tokenizer is None:
         return None
@@ -208,7 +171,7 @@ def _copy_vocabulary(tokenizer, model_dir: Path) -> Optional[Path]:
     source = getattr(tokenizer, "model_path", None)
     if source and Path(source).resolve() == target.resolve():
         return target
-    target.write_bytes(tokenizer.model_proto)
+    atomic_write(target, tokenizer.model_proto)
     if source and Path(source).with_suffix(".vocab").is_file():
         shutil.copyfile(Path(source).with_suffix(".vocab"), model_dir / "vocab.vocab")
     return target
@@ -240,7 +203,7 @@ def train(
     tokenizer=None,
     callbacks: tuple = (),
     verbose: Union[str, int] = "auto",
-    log: Callable[[str], None] = _say,
+    log: Callable[[str], None] = say,
 ) -> TrainResult:
     """Train ``config``'s model with the paper's recipe; see the module docstring for files.
 
@@ -261,102 +224,158 @@ def train(
     Returns:
         :class:`TrainResult` (``.summary()`` is the one-line report).
     """
+    run = _setup(config, model_dir, strategy, tokenizer, train_data is None or valid_data is None, log)
+    train_fn, valid_fn, validation_steps = _data(run, train_data, valid_data)
+    trainer, backup, start_step = _resume(run)
+    _announce(run, trainer, backup, start_step)
+    vocab_copy = _write_inputs(run)
+    steps = _callbacks(run, trainer, backup, start_step, callbacks)
+    history, stopped = _fit(run, trainer, steps, train_fn, valid_fn, validation_steps, start_step, verbose)
+    return _save(run, trainer, steps, history, stopped, start_step, vocab_copy)
+
+
+@dataclasses.dataclass
+class _Run:
+    """What the steps of :func:`train` share."""
+
+    cfg: Config  # resolved (a copy of the caller's)
+    model_dir: Path
+    own_dir: Path  # model_dir on the chief, a scratch directory under it on other workers
+    strategy: Any
+    info: TaskInfo
+    multiworker: bool
+    tokenizer: Any
+    k: int  # micro-batches per update
+    log: Callable[[str], None]
+
+
+@dataclasses.dataclass
+class _Callbacks:
+    checkpoint: cb.TimedCheckpoint
+    backup: cb.ResumableBackup
+    throughput: _Throughput
+    budget: Optional[cb.WallClockBudget]
+    evaluator: Any  # ValidationBLEU or None (train.eval_bleu_every_steps)
+    log_dir: Optional[Path]
+    all: list
+
+
+def _setup(config: Config, model_dir, strategy, tokenizer, need_tokenizer: bool, log) -> _Run:
+    """Copy and resolve the config (model directory, vocabulary, strategy), seed Keras."""
+    from tf_transformer.data import resolve_vocabulary
+
     cfg = copy.deepcopy(config)
     if model_dir is not None:
         cfg.train.model_dir = str(model_dir)
     model_dir = Path(cfg.train.model_dir)
-    if strategy is None or isinstance(strategy, str):
-        strategy = make_strategy(strategy or cfg.train.strategy)
+    strategy = resolve_strategy(strategy, cfg.train.strategy)
     info = task_info(strategy)
     multiworker = is_multiworker(strategy)
     if multiworker and cfg.train.max_minutes:
         raise ConfigError("train.max_minutes cannot be used with the multiworker strategy: each worker's "
                           "clock would stop it at a different step; set train.train_steps instead")
     own_dir = model_dir if info.is_chief else model_dir / "workers" / info.name
-
-    need_tokenizer = train_data is None or valid_data is None
-    tokenizer = _resolve_vocabulary(cfg, model_dir, tokenizer, need_tokenizer, info.is_chief, log)
+    if tokenizer is not None or need_tokenizer:
+        tokenizer = resolve_vocabulary(cfg, model_dir / "vocab.model", tokenizer=tokenizer,
+                                       build_missing=info.is_chief, log=log, who="train")
     cfg.validate(require_vocab=True)
-
     k = accumulation_steps_for(cfg.train.tokens_per_update, cfg.data.tokens_per_batch)
     keras.utils.set_random_seed(cfg.train.seed)
+    return _Run(cfg, model_dir, own_dir, strategy, info, multiworker, tokenizer, k, log)
 
-    # -- data --------------------------------------------------------------------------
+
+def _data(run: _Run, train_data, valid_data):
+    """``(train_fn, valid_fn or None, validation_steps)``; the steps are counted once when not
+    configured, so that Keras knows the length (progress bar, no "ran out of data") and every
+    worker runs the same number."""
     from tf_transformer import data as data_api
 
+    cfg, multiworker = run.cfg, run.multiworker
     if train_data is None:
         def train_fn(context):
-            return data_api.make_dataset(cfg.data, "train", tokenizer, training=True, input_context=context,
+            return data_api.make_dataset(cfg.data, "train", run.tokenizer, training=True, input_context=context,
                                          verbose=context.input_pipeline_id == 0)
     else:
         train_fn = _as_dataset_fn(train_data, "train")
+
+    def ours(repeat: bool):
+        def fn(context):
+            return data_api.make_dataset(cfg.data, "valid", run.tokenizer, training=False, input_context=context,
+                                         repeat=repeat, verbose=False)
+        return fn
+
     validation_steps = cfg.train.validation_steps
-    valid_fn = None
+    replicas = run.strategy.num_replicas_in_sync
     if valid_data is None:
-        def valid_fn(context):
-            return data_api.make_dataset(cfg.data, "valid", tokenizer, training=False, input_context=context,
-                                         repeat=multiworker, verbose=False)
-        if multiworker and validation_steps is None:
-            # every worker must run the same number of validation steps: count the whole
-            # set's batches at the per-replica budget (the same on all workers), share them out
-            replicas = strategy.num_replicas_in_sync
-            whole = data_api.make_dataset(cfg.data, "valid", tokenizer, training=False, repeat=False, verbose=False,
-                                          input_context=tf.distribute.InputContext(1, 0, replicas))
-            batches = int(whole.reduce(np.int64(0), lambda n, _: n + 1))
-            validation_steps = max(1, math.ceil(batches / replicas))
-    elif valid_data is not False:
+        valid_fn = ours(repeat=multiworker)
+        if validation_steps is None:
+            validation_steps = steps_per_replica(ours(repeat=False), replicas)
+    elif valid_data is False:
+        valid_fn = None
+    else:
         valid_fn = _as_dataset_fn(valid_data, "valid")
-        if multiworker and validation_steps is None:
-            raise ConfigError("with the multiworker strategy and your own validation data, set "
-                              "train.validation_steps (every worker must run the same number of steps)")
-    if valid_fn is not None and validation_steps is None:
-        # one counting pass, so that Keras knows the length (progress bar, no "ran out of data")
-        replicas = strategy.num_replicas_in_sync
-        counted = valid_fn(tf.distribute.InputContext(1, 0, replicas))
-        batches = int(counted.reduce(np.int64(0), lambda n, _: n + 1))
-        validation_steps = max(1, math.ceil(batches / replicas))
+        if validation_steps is None:
+            if multiworker:
+                raise ConfigError("with the multiworker strategy and your own validation data, set "
+                                  "train.validation_steps (every worker must run the same number of steps)")
+            validation_steps = steps_per_replica(valid_fn, replicas)
+    return train_fn, valid_fn, validation_steps
 
-    # -- model -------------------------------------------------------------------------
-    with strategy.scope():
-        trainer = build_training_model(cfg)
-    transformer = trainer.transformer
 
-    backup = cb.ResumableBackup(own_dir / "backup", cfg.train.backup_every_steps, k)
+def _resume(run: _Run) -> tuple[TrainingModel, cb.ResumableBackup, int]:
+    """Build the model under the strategy and restore the backup; refuse to start from step 0
+    over another run's outputs."""
+    with run.strategy.scope():
+        trainer = build_training_model(run.cfg)
+    backup = cb.ResumableBackup(run.own_dir / "backup", run.cfg.train.backup_every_steps, run.k)
     start_step = backup.restore(trainer) or 0
-    if start_step == 0 and info.is_chief:
+    model_dir = run.model_dir
+    if start_step == 0 and run.info.is_chief:
         old = cb.list_checkpoints(model_dir / "checkpoints")
-        if old or (model_dir / "model.keras").exists():
-            what = f"{len(old)} checkpoint(s) in {model_dir / 'checkpoints'}" if old else str(model_dir / "model.keras")
+        if old or (model_dir / MODEL_FILE).exists():
+            what = f"{len(old)} checkpoint(s) in {model_dir / 'checkpoints'}" if old else str(model_dir / MODEL_FILE)
             raise UserError(f"{model_dir} already holds {what} but no backup to resume from "
                             f"({backup.weights_path}); training from step 0 would mix or overwrite another "
-                            "run: use a new --model-dir or remove the old files")
-    total = cfg.train.train_steps
-    log(f"train: {cfg.name or 'config'}: {describe(strategy)}; "
-        f"{sum(int(np.prod(w.shape)) for w in transformer.weights):,} parameters; "
-        f"{cfg.data.tokens_per_batch:,} tokens per batch x {k} micro-batch(es) per update; "
-        + (f"resuming at step {start_step} from {backup.weights_path}" if start_step else "starting at step 0")
-        + f"; training to step {total}")
-    if cfg.train.jit_compile and not is_default(strategy):
-        log("train: note: Keras turns XLA (train.jit_compile) off under a tf.distribute strategy")
+                            "run: use a new model directory or remove the old files")
+    return trainer, backup, start_step
 
+
+def _announce(run: _Run, trainer: TrainingModel, backup: cb.ResumableBackup, start_step: int) -> None:
+    cfg = run.cfg
+    run.log(f"train: {cfg.name or 'config'}: {describe(run.strategy)}; "
+            f"{count_parameters(trainer.transformer):,} parameters; "
+            f"{cfg.data.tokens_per_batch:,} tokens per batch x {run.k} micro-batch(es) per update; "
+            + (f"resuming at step {start_step} from {backup.weights_path}" if start_step else "starting at step 0")
+            + f"; training to step {cfg.train.train_steps}")
+    if cfg.train.jit_compile and not is_default(run.strategy):
+        run.log("train: note: Keras turns XLA (train.jit_compile) off under a tf.distribute strategy")
+
+
+def _write_inputs(run: _Run) -> Optional[Path]:
+    """On the chief: the vocabulary copy and the resolved ``config.yaml``; returns the copy."""
+    if not run.info.is_chief:
+        return None
     vocab_copy = None
-    if info.is_chief:
-        if tokenizer is not None:
-            vocab_copy = _copy_vocabulary(tokenizer, model_dir)
-            cfg.data.vocab_model = str(vocab_copy)
-        _write_config(cfg, model_dir / "config.yaml")
+    if run.tokenizer is not None:
+        vocab_copy = _copy_vocabulary(run.tokenizer, run.model_dir)
+        run.cfg.data.vocab_model = str(vocab_copy)
+    write_run_config(run.cfg, run.model_dir / "config.yaml")
+    return vocab_copy
 
-    # -- callbacks ---------------------------------------------------------------------
-    checkpoint = cb.TimedCheckpoint(model_dir / "checkpoints", cfg.train.checkpoint_every_minutes,
-                                    cfg.train.keep_checkpoints, k, enabled=info.is_chief, log=log)
+
+def _callbacks(run: _Run, trainer: TrainingModel, backup: cb.ResumableBackup, start_step: int,
+               extra: tuple) -> _Callbacks:
+    cfg, k, log = run.cfg, run.k, run.log
+    checkpoint = cb.TimedCheckpoint(run.model_dir / "checkpoints", cfg.train.checkpoint_every_minutes,
+                                    cfg.train.keep_checkpoints, k, enabled=run.info.is_chief, log=log)
     throughput = _Throughput(trainer.target_tokens_seen, skip=k)
     budget = cb.WallClockBudget(cfg.train.max_minutes, k, log=log) if cfg.train.max_minutes else None
-    nan = keras.callbacks.TerminateOnNaN()
-    log_dir = (model_dir / "logs") if info.is_chief else None
-    all_callbacks = [cb.StopAtStep(total, start_step, k), nan, checkpoint, backup, throughput]
+    log_dir = (run.model_dir / "logs") if run.info.is_chief else None
+    all_callbacks = [cb.StopAtStep(cfg.train.train_steps, start_step, k), keras.callbacks.TerminateOnNaN(),
+                     checkpoint, backup, throughput]
     if budget:
         all_callbacks.append(budget)
-    evaluator = _validation_bleu(cfg, transformer, tokenizer, model_dir, log_dir, checkpoint, info.is_chief, log)
+    evaluator = _validation_bleu(run, trainer.transformer, log_dir, checkpoint)
     if evaluator is not None:
         evaluator.restore(start_step)
         all_callbacks.append(evaluator)  # before TensorBoard: it adds val_bleu to the epoch logs
@@ -367,25 +386,30 @@ def train(
             log("train: note: the tensorboard package is not installed: no TensorBoard logs "
                 "(pip install tensorboard)")
             log_dir = None
-    all_callbacks.extend(callbacks)
+    all_callbacks.extend(extra)
+    return _Callbacks(checkpoint, backup, throughput, budget, evaluator, log_dir, all_callbacks)
 
-    train_ds = distribute(strategy, train_fn)
-    valid_ds = distribute(strategy, valid_fn) if valid_fn is not None else None
 
+def _fit(run: _Run, trainer: TrainingModel, steps: _Callbacks, train_fn, valid_fn, validation_steps,
+         start_step: int, verbose) -> tuple[dict, Optional[str]]:
+    """The ``fit`` calls of :func:`_plan`; returns the history and why training stopped early."""
+    train_ds = distribute(run.strategy, train_fn)
+    valid_ds = distribute(run.strategy, valid_fn) if valid_fn is not None else None
     history: dict[str, list] = {}
     stopped = None
-    plan = _plan(start_step, total, cfg.train.steps_per_epoch)
+    plan = _plan(start_step, run.cfg.train.train_steps, run.cfg.train.steps_per_epoch)
+    evaluator = steps.evaluator
     if evaluator is not None and evaluator.stopped:
-        log(f"train: early stopping had already ended this run at step {start_step} (best "
-            f"{cfg.train.best_metric} at step {evaluator.best_step}): nothing to train")
+        run.log(f"train: early stopping had already ended this run at step {start_step} (best "
+                f"{run.cfg.train.best_metric} at step {evaluator.best_step}): nothing to train")
         plan, stopped = [], "early_stopping"
     for initial_epoch, epochs, updates in plan:
-        h = trainer.fit(train_ds, epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=updates * k,
+        h = trainer.fit(train_ds, epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=updates * run.k,
                         validation_data=valid_ds, validation_steps=validation_steps, shuffle=False,
-                        callbacks=all_callbacks, verbose=verbose)
+                        callbacks=steps.all, verbose=verbose)
         for key, values in h.history.items():
             history.setdefault(key, []).extend(float(np.asarray(v).reshape(-1)[0]) for v in values)
-        if budget is not None and budget.stopped:
+        if steps.budget is not None and steps.budget.stopped:
             stopped = "max_minutes"
         if evaluator is not None and evaluator.stopped:
             stopped = "early_stopping"
@@ -393,39 +417,41 @@ def train(
             stopped = "nan"
         if stopped:
             break
+    return history, stopped
+
+
+def _save(run: _Run, trainer: TrainingModel, steps: _Callbacks, history: dict, stopped: Optional[str],
+          start_step: int, vocab_copy: Optional[Path]) -> TrainResult:
+    """Final checkpoint and backup (unless the loss went NaN), ``model.keras`` and
+    ``config.yaml`` on the chief; the result."""
     final_step = cb.current_step(trainer)
     if stopped != "nan":
-        checkpoint.set_model(trainer)
-        checkpoint.finish()
-        backup.set_model(trainer)
-        backup._save_model()
-
+        steps.checkpoint.set_model(trainer)
+        steps.checkpoint.finish()
+        steps.backup.set_model(trainer)
+        steps.backup.save()
     model_path = config_path = None
-    if info.is_chief:
-        model_path = model_dir / "model.keras"
-        tmp = model_dir / ".partial-model.keras"
-        transformer.save(str(tmp))
-        tmp.replace(model_path)
-        config_path = model_dir / "config.yaml"
-        _write_config(cfg, config_path)
-    elif own_dir.exists():
-        pass
+    if run.info.is_chief:
+        model_path = save_model(trainer.transformer, run.model_dir / MODEL_FILE)
+        config_path = write_run_config(run.cfg, run.model_dir / "config.yaml")
     return TrainResult(
-        model=transformer, config=cfg, model_dir=model_dir, model_path=model_path, config_path=config_path,
-        vocab_path=vocab_copy, checkpoints=[p for _, p in cb.list_checkpoints(model_dir / "checkpoints")],
-        backup_dir=backup.weights_path.parent, log_dir=log_dir, history=history, start_step=start_step,
-        final_step=final_step, accumulation_steps=k, train_seconds=throughput.seconds,
-        target_tokens=throughput.tokens, stopped_early=stopped, strategy=describe(strategy),
-        training_model=trainer, evaluations=list(evaluator.rows) if evaluator else [],
-        best_step=evaluator.best_step if evaluator else None)
+        model=trainer.transformer, config=run.cfg, model_dir=run.model_dir, model_path=model_path,
+        config_path=config_path, vocab_path=vocab_copy,
+        checkpoints=[p for _, p in cb.list_checkpoints(run.model_dir / "checkpoints")],
+        backup_dir=steps.backup.weights_path.parent, log_dir=steps.log_dir, history=history, start_step=start_step,
+        final_step=final_step, accumulation_steps=run.k, train_seconds=steps.throughput.seconds,
+        target_tokens=steps.throughput.tokens, stopped_early=stopped, strategy=describe(run.strategy),
+        training_model=trainer, evaluations=list(steps.evaluator.rows) if steps.evaluator else [],
+        best_step=steps.evaluator.best_step if steps.evaluator else None)
 
 
-def _validation_bleu(cfg: Config, transformer, tokenizer, model_dir: Path, log_dir, checkpoint, chief: bool, log):
+def _validation_bleu(run: _Run, transformer, log_dir, checkpoint):
     """The :class:`ValidationBLEU` callback for ``train.eval_bleu_every_steps`` (or None)."""
+    cfg = run.cfg
     t = cfg.train
     if not t.eval_bleu_every_steps:
         return None
-    if tokenizer is None:
+    if run.tokenizer is None:
         raise ConfigError("train.eval_bleu_every_steps needs a vocabulary to detokenize the outputs: pass "
                           "tokenizer= or set data.vocab_model")
     from tf_transformer.data import read_parallel_text
@@ -433,8 +459,9 @@ def _validation_bleu(cfg: Config, transformer, tokenizer, model_dir: Path, log_d
 
     sources, references = read_parallel_text(cfg.data, "valid")
     return ValidationBLEU(
-        transformer, tokenizer, sources, references, every_steps=t.eval_bleu_every_steps,
+        transformer, run.tokenizer, sources, references, every_steps=t.eval_bleu_every_steps,
         beam_size=t.eval_beam_size, alpha=cfg.decode.alpha, max_extra_length=cfg.decode.max_extra_length,
         batch_size=cfg.decode.batch_size, max_sentences=t.eval_max_sentences, metric=t.best_metric,
-        patience=t.early_stopping_patience, keep_best=t.keep_best, best_dir=model_dir / "best",
-        log_path=model_dir / "eval.jsonl", checkpoint=checkpoint, tensorboard_dir=log_dir, enabled=chief, log=log)
+        patience=t.early_stopping_patience, keep_best=t.keep_best, best_dir=run.model_dir / "best",
+        log_path=run.model_dir / "eval.jsonl", checkpoint=checkpoint, tensorboard_dir=log_dir,
+        enabled=run.info.is_chief, log=run.log)

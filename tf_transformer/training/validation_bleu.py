@@ -33,6 +33,7 @@ from typing import Callable, Optional, Sequence
 
 import keras
 
+from tf_transformer.io import atomic_write, save_weights
 from tf_transformer.training.callbacks import current_step
 
 METRICS = ("val_bleu", "val_loss")
@@ -161,10 +162,7 @@ class ValidationBLEU(keras.callbacks.Callback):
         return improved
 
     def _rewrite_log(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.log_path.with_name(f".partial-{os.getpid()}-{self.log_path.name}")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in self.rows), encoding="utf-8")
-        os.replace(tmp, self.log_path)
+        atomic_write(self.log_path, "".join(json.dumps(r) + "\n" for r in self.rows))
 
     # -- scoring -------------------------------------------------------------------------
     def score(self) -> tuple[float, list[str]]:
@@ -229,9 +227,7 @@ class ValidationBLEU(keras.callbacks.Callback):
             os.fsync(f.fileno())
 
     def _save_best(self, step: int) -> None:
-        from tf_transformer.training.callbacks import _atomic_save_weights
-
-        _atomic_save_weights(self.transformer, self.best_dir / f"best-{step}.weights.h5")
+        save_weights(self.transformer, self.best_dir / f"best-{step}.weights.h5")
         kept = sorted(self.best_dir.glob("best-*.weights.h5"), key=lambda p: int(p.name.split("-")[1].split(".")[0]))
         # best files are written in improving order: the newest are the best
         for old in kept[: max(0, len(kept) - self.keep_best)]:

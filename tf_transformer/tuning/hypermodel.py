@@ -45,7 +45,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -54,13 +53,10 @@ import keras
 import keras_tuner as kt
 
 from tf_transformer.config import Config, ConfigError
+from tf_transformer.io import say
 
 #: Objectives the hypermodel reports, with their direction.
 OBJECTIVES = {"val_loss": "min", "val_perplexity": "min", "val_accuracy": "max", "val_bleu": "max"}
-
-
-def _say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def objective_for(name: str) -> kt.Objective:
@@ -136,7 +132,7 @@ class TransformerHyperModel(kt.HyperModel):
     def __init__(self, config: Config, search_space: Optional[SearchSpace] = None, *, tokenizer=None,
                  vocab_dir=None, steps_per_epoch: Optional[int] = None, max_minutes: Optional[float] = None,
                  objective: str = "val_loss", bleu: bool = False, bleu_sentences: int = 300,
-                 verbose="auto", log: Callable[[str], None] = _say, name: str = "transformer",
+                 verbose="auto", log: Callable[[str], None] = say, name: str = "transformer",
                  tunable: bool = True):
         super().__init__(name=name, tunable=tunable)
         if objective not in OBJECTIVES:
@@ -160,23 +156,10 @@ class TransformerHyperModel(kt.HyperModel):
     # -- vocabulary --------------------------------------------------------------------
     def prepare(self):
         """Load (or build) the vocabulary and fill ``model.vocab_size``; returns the tokenizer."""
-        from tf_transformer import data as data_api
+        from tf_transformer.data import resolve_vocabulary
 
-        if self.tokenizer is None:
-            cfg = self.config
-            path = Path(cfg.data.vocab_model) if cfg.data.vocab_model else self.vocab_dir / "vocab.model"
-            if not path.is_file():
-                self.log(f"tune: vocabulary {path} does not exist: building it (data.vocab_size="
-                         f"{cfg.data.vocab_size})")
-                data_api.build_vocab(cfg.data, path, progress=self.log)
-            self.tokenizer = data_api.Tokenizer(path)
-            cfg.data.vocab_model = str(path)
-        size = int(self.tokenizer.vocab_size)
-        if self.config.model.vocab_size is None:
-            self.config.model.vocab_size = size
-        elif self.config.model.vocab_size != size:
-            raise ConfigError(f"model.vocab_size={self.config.model.vocab_size} but the vocabulary has {size} "
-                              "pieces; remove model.vocab_size or point data.vocab_model at the right file")
+        self.tokenizer = resolve_vocabulary(self.config, self.vocab_dir / "vocab.model", tokenizer=self.tokenizer,
+                                            log=self.log, who="tune")
         return self.tokenizer
 
     # -- the search space --------------------------------------------------------------

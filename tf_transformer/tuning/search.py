@@ -27,13 +27,13 @@ import csv
 import dataclasses
 import io
 import math
-import sys
 from pathlib import Path
 from typing import Callable, Optional, Union
 
 import keras_tuner as kt
 
 from tf_transformer.config import Config, ConfigError
+from tf_transformer.io import atomic_write, say
 from tf_transformer.tuning.hypermodel import OBJECTIVES, SearchSpace, TransformerHyperModel, objective_for
 
 ALGORITHMS = ("random", "hyperband")
@@ -46,10 +46,6 @@ COLUMNS = (
     ("val_perplexity", "val_perplexity"), ("val_accuracy", "val_accuracy"), ("val_bleu", "val_bleu"),
     ("train_minutes", "minutes"),
 )
-
-
-def _say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def make_tuner(hypermodel: TransformerHyperModel, directory, algorithm: str = "random", *, max_trials: int = 10,
@@ -159,13 +155,6 @@ def format_csv(rows) -> str:
     return out.getvalue()
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(".partial-" + path.name)
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
 def write_results(tuner, output_dir, title: str = "") -> tuple[Path, Path, list]:
     """Write ``results.md`` and ``results.csv`` for ``tuner``'s trials; returns the paths and rows."""
     output_dir = Path(output_dir)
@@ -177,8 +166,8 @@ def write_results(tuner, output_dir, title: str = "") -> tuple[Path, Path, list]
     except Exception:  # no completed trial yet
         best = None
     md, csv_path = output_dir / "results.md", output_dir / "results.csv"
-    _atomic_write(md, format_markdown(rows, tuner.oracle.objective.name, best, title))
-    _atomic_write(csv_path, format_csv(rows))
+    atomic_write(md, format_markdown(rows, tuner.oracle.objective.name, best, title))
+    atomic_write(csv_path, format_csv(rows))
     return md, csv_path, rows
 
 
@@ -189,7 +178,7 @@ def write_best_config(hypermodel: TransformerHyperModel, hp, path) -> Path:
     cfg = hypermodel.trial_config(hypermodel.declare(hp))
     raw = {"name": f"{cfg.name or 'config'}-tuned", **cfg.to_dict()}
     path = Path(path)
-    _atomic_write(path, "# best trial of tft tune; train it with: tft train --config " + str(path) + "\n"
+    atomic_write(path, "# best trial of tft tune; train it with: tft train --config " + str(path) + "\n"
                   + yaml.safe_dump(raw, sort_keys=False))
     return path
 
@@ -224,7 +213,7 @@ def run_search(config: Config, output_dir, *, algorithm: str = "random", max_tri
                search_space: Optional[SearchSpace] = None, strategy: Union[str, object, None] = None,
                bleu: bool = False, bleu_sentences: int = 300, hyperband_factor: int = 3,
                seed: Optional[int] = None, overwrite: bool = False, verbose="auto",
-               log: Callable[[str], None] = _say) -> SearchResult:
+               log: Callable[[str], None] = say) -> SearchResult:
     """Run a Keras Tuner search over ``config``'s Transformer and write the results table.
 
     Args:
@@ -245,7 +234,7 @@ def run_search(config: Config, output_dir, *, algorithm: str = "random", max_tri
         overwrite: restart instead of resuming an existing project in ``output_dir``.
         verbose: ``model.fit``'s verbosity.
     """
-    from tf_transformer.training.strategy import is_multiworker, make_strategy
+    from tf_transformer.training.strategy import resolve_strategy
 
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -254,11 +243,8 @@ def run_search(config: Config, output_dir, *, algorithm: str = "random", max_tri
     if steps_per_trial < 1 or steps_per_epoch < 1:
         raise ConfigError(f"steps per trial ({steps_per_trial}) and per epoch ({steps_per_epoch}) must be >= 1")
     epochs = max(1, math.ceil(steps_per_trial / steps_per_epoch))
-    if strategy is None or isinstance(strategy, str):
-        strategy = make_strategy(strategy or config.train.strategy)
-    if is_multiworker(strategy):
-        raise ConfigError("tft tune runs on one machine (Keras Tuner's distribution_strategy supports "
-                          "single-worker strategies only); unset TF_CONFIG or pass --strategy mirrored")
+    strategy = resolve_strategy(strategy, config.train.strategy, one_machine="tft tune (Keras Tuner's "
+                                "distribution_strategy supports single-worker strategies only)")
     hypermodel = TransformerHyperModel(config, search_space, vocab_dir=output_dir, steps_per_epoch=steps_per_epoch,
                                        max_minutes=minutes_per_trial, objective=objective, bleu=bleu,
                                        bleu_sentences=bleu_sentences, verbose=verbose, log=log)

@@ -92,3 +92,14 @@ def test_shipped_directories_are_found_in_a_wheel_layout_first(tmp_path, monkeyp
     assert str(tmp_path / "site" / "tf_transformer" / "_shipped" / "multi30k") in message
     with pytest.raises(KeyError):
         resources.candidates("nope")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["train", "--help"], ["translate", "--help"]])
+def test_help_answers_without_tensorflow(argv):
+    code = ("import sys\nfrom tf_transformer.cli import main\n"
+            f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+            "print('tensorflow loaded:', 'tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
+                         cwd=REPO)
+    assert "usage: tft" in out.stdout, out.stdout + out.stderr
+    assert out.stdout.strip().endswith("tensorflow loaded: False")

@@ -127,7 +127,8 @@ def test_saved_model_cli_lists_signatures(exported):
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
 
     def show(d):
-        proc = subprocess.run([cli, "show", "--dir", str(d), "--all"], capture_output=True, env=ENV, timeout=300, check=False)
+        proc = subprocess.run([cli, "show", "--dir", str(d), "--all"], capture_output=True, env=ENV, timeout=300,
+                              check=False)
         assert proc.returncode == 0, proc.stderr.decode()[-2000:]
         return proc.stdout.decode()
 

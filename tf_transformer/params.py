@@ -1,4 +1,4 @@
-"""``tft params``: parameter counts of presets beside the paper's Table 3 column.
+"""Parameter counts of presets beside the paper's Table 3 column (behind ``tft params``).
 
 Each model is really built (its weights created) and its weights counted; nothing is
 estimated. The paper does not say how it counted; see the README's "Parameter counts".
@@ -6,7 +6,6 @@ estimated. The paper does not say how it counted; see the README's "Parameter co
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 
 from tf_transformer.config import list_presets, load_config
@@ -50,14 +49,3 @@ def format_table(rows, vocab_size: int) -> str:
         dp = "" if d_paper is None else f"{d_paper:+d}"
         lines.append(f"| {n} | {change} | {ours:.1f} | {p} | {d_ours:+.1f} | {dp} |")
     return "\n".join(lines)
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("presets", nargs="*", help="preset names (default: base, big and every Table 3 row)")
-    parser.add_argument("--vocab-size", type=int, default=37000, help="shared vocabulary size (paper: ~37,000)")
-
-
-def run(args: argparse.Namespace) -> int:
-    rows = table(args.presets or None, args.vocab_size)
-    print(format_table(rows, args.vocab_size))
-    return 0

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from tf_transformer.errors import UserError
+from tf_transformer.io import load_model  # noqa: F401 (its home before tf_transformer.io)
 
 __all__ = ["ProgressBar", "TranslationStats", "Translator", "load_model", "load_tokenizer", "read_lines"]
 
@@ -111,34 +112,16 @@ def read_lines(data: bytes, where: str = "<stdin>") -> tuple[list[str], list[int
     return lines, bad
 
 
-def load_model(path: str):
-    """Load a ``.keras`` Transformer (no optimizer) with a clear error for bad paths."""
-    if not os.path.exists(path):
-        raise UserError(f"--model {path}: no such file (expected a .keras model written by tft train/average)")
-    import keras
-
-    import tf_transformer.model  # noqa: F401  (registers the classes)
-
-    try:
-        model = keras.saving.load_model(path, compile=False)
-    except Exception as e:  # noqa: BLE001 (keras raises ValueError, OSError, zipfile errors...)
-        raise UserError(f"--model {path}: cannot load it as a Keras model ({type(e).__name__}: {e})") from None
-    for attr in ("encode", "decode_step", "init_cache", "vocab_size"):
-        if not hasattr(model, attr):
-            raise UserError(f"--model {path}: {type(model).__name__} is not a tf_transformer Transformer")
-    return model
-
-
 def load_tokenizer(path: str, model=None):
     """Load the SentencePiece vocabulary and check that it matches the model."""
     from tf_transformer.data.tokenizer import Tokenizer
 
     if not os.path.exists(path):
-        raise UserError(f"--vocab {path}: no such file (expected the SentencePiece .model used in training)")
+        raise UserError(f"vocabulary {path}: no such file (expected the SentencePiece .model used in training)")
     tok = Tokenizer(path)
     if model is not None and int(tok.vocab_size) != int(model.vocab_size):
         raise UserError(
-            f"--vocab {path} has {tok.vocab_size} pieces but the model's vocab_size is {model.vocab_size}; "
+            f"vocabulary {path} has {tok.vocab_size} pieces but the model's vocab_size is {model.vocab_size}; "
             "pass the vocabulary the model was trained with"
         )
     return tok
@@ -168,13 +151,13 @@ class Translator:
         from tf_transformer.decoding.model_fns import model_limit, translate_batch
 
         if beam_size < 1:
-            raise UserError(f"--beam {beam_size}: must be >= 1")
+            raise UserError(f"beam_size={beam_size}: must be >= 1")
         if alpha < 0:
-            raise UserError(f"--alpha {alpha}: must be >= 0")
+            raise UserError(f"alpha={alpha}: must be >= 0")
         if max_extra_length < 0:
-            raise UserError(f"--max-extra-len {max_extra_length}: must be >= 0")
+            raise UserError(f"max_extra_length={max_extra_length}: must be >= 0")
         if batch_size < 1:
-            raise UserError(f"--batch-size {batch_size}: must be >= 1")
+            raise UserError(f"batch_size={batch_size}: must be >= 1")
         self.model = model
         self.tokenizer = tokenizer
         self.beam_size = int(beam_size)

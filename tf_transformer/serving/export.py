@@ -1,4 +1,4 @@
-"""``tft export``: SavedModels for TensorFlow Serving.
+"""SavedModels for TensorFlow Serving (behind ``tft export``).
 
 Two SavedModels are written, because a SavedModel is loaded whole: if any of its
 functions uses the TF Text ops (``SentencepieceOp`` and friends), a server or process
@@ -29,17 +29,24 @@ string gives an empty translation (score 0), sources are cut to the model's
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import shutil
-import sys
 import time
 from pathlib import Path
 
 from tf_transformer.errors import UserError
+from tf_transformer.io import atomic_path, atomic_write, say
 
 IDS_ONLY_DIR = "ids_only"
+
+
+class VersionExists(UserError):
+    """The version directory to export to exists already (and ``overwrite`` is off)."""
+
+    def __init__(self, path: Path, next_version: int):
+        super().__init__(f"{path} already exists; export as version {next_version} (TF Serving picks the "
+                         "highest) or replace it (overwrite=True)")
+        self.path = path
+        self.next_version = next_version
 
 
 def _module_class():
@@ -109,17 +116,16 @@ def export_model(model, tokenizer, output_dir, version: int = 1, beam_size: int 
     (translate_ids, core ops only) and ``output_dir/export.json``. Returns their paths."""
     import tensorflow as tf
 
-    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    log = log or say
     if version < 1:
-        raise UserError(f"--version {version}: must be >= 1 (TF Serving versions are positive integers)")
+        raise UserError(f"version {version}: must be >= 1 (TF Serving versions are positive integers)")
     out = Path(output_dir)
     full_dir, ids_dir = out / str(version), out / IDS_ONLY_DIR / str(version)
     for d in (full_dir, ids_dir):
         if d.exists() and not overwrite:
             existing = sorted(int(p.name) for p in out.iterdir() if p.name.isdigit()) if out.exists() else []
             nxt = (max(existing) + 1) if existing else version + 1
-            raise UserError(f"{d} already exists; export as --version {nxt} (TF Serving picks the highest) "
-                            "or pass --force to replace it")
+            raise VersionExists(d, nxt)
     settings = {"beam_size": beam_size, "alpha": alpha, "max_extra_length": max_extra_length}
 
     written = {}
@@ -131,14 +137,8 @@ def export_model(model, tokenizer, output_dir, version: int = 1, beam_size: int 
         else:
             signatures = {"serving_default": module.translate_ids, "translate_ids": module.translate_ids}
         log(f"export: tracing and writing {target} ({', '.join(sorted(set(signatures) - {'serving_default'}))})")
-        tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        tf.saved_model.save(module, str(tmp), signatures=signatures)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        with atomic_path(target) as tmp:
+            tf.saved_model.save(module, str(tmp), signatures=signatures)
         written[name] = str(target)
 
     info = {
@@ -155,48 +155,6 @@ def export_model(model, tokenizer, output_dir, version: int = 1, beam_size: int 
         },
         "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-    (out / "export.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    atomic_write(out / "export.json", json.dumps(info, indent=2) + "\n")
     written["info"] = str(out / "export.json")
     return written
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = (
-        "writes:\n"
-        "  DIR/VERSION/           signatures translate (text -> text, default) and translate_ids;\n"
-        "                         needs the TF Text ops (TF Serving >= 2.2)\n"
-        "  DIR/ids_only/VERSION/  signature translate_ids only: core TF ops, any TF Serving\n"
-        "  DIR/export.json        the decoding settings baked in\n"
-        "see docs/serving.md for TF Serving commands and REST examples\n")
-    parser.add_argument("--model", required=True, help="the .keras model")
-    parser.add_argument("--vocab", default=None, help="its SentencePiece .model (default: data.vocab_model of --config)")
-    parser.add_argument("--output", required=True, help="model base directory for TF Serving")
-    parser.add_argument("--version", type=int, default=1, help="version sub-directory (default 1)")
-    parser.add_argument("--config", default=None, help="config whose decode section gives the defaults")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE")
-    parser.add_argument("--beam", type=int, default=None, help="beam size baked into the graph (default 4)")
-    parser.add_argument("--alpha", type=float, default=None, help="length penalty (default 0.6)")
-    parser.add_argument("--max-extra-len", type=int, default=None, help="input length + this (default 50)")
-    parser.add_argument("--force", action="store_true", help="replace an existing version directory")
-    parser.set_defaults(batch_size=None)
-
-
-def run(args: argparse.Namespace) -> int:
-    from tf_transformer.decoding.commands import decode_settings, describe
-    from tf_transformer.decoding.translator import load_model, load_tokenizer
-
-    cfg, decode = decode_settings(args)
-    vocab = args.vocab or (cfg.data.vocab_model if cfg is not None else None)
-    if not vocab:
-        raise UserError("--vocab is required (or a --config whose data.vocab_model names the SentencePiece model)")
-    start = time.time()
-    model = load_model(args.model)
-    tok = load_tokenizer(vocab, model)
-    written = export_model(model, tok, args.output, version=args.version, beam_size=decode.beam_size,
-                           alpha=decode.alpha, max_extra_length=decode.max_extra_length, overwrite=args.force,
-                           source=args.model)
-    print(f"tft export: wrote {written['full']} (translate, translate_ids) and {written['ids_only']} "
-          f"(translate_ids, core ops only) with {describe(decode)} in {time.time() - start:.1f} s",
-          file=sys.stderr)
-    return 0

@@ -1,4 +1,4 @@
-"""Training (SPEC section 3): the paper's schedule, label-smoothed loss, ``model.fit`` with
+"""Training (paper section 5): the paper's schedule, label-smoothed loss, ``model.fit`` with
 checkpoints every N minutes, resumable backups, distribution, gradient accumulation and
 checkpoint averaging.
 
@@ -11,7 +11,8 @@ checkpoint averaging.
 Modules: ``schedule`` (learning rate, Adam), ``losses`` (loss and metrics), ``trainer``
 (``TrainingModel``: the train step, accumulation), ``strategy`` (tf.distribute),
 ``callbacks`` (checkpoints, backups, budgets), ``loop`` (``train``), ``averaging``
-(``tft average``), ``commands`` (``tft train``). Names are imported on first use.
+(checkpoint averaging). The commands are in :mod:`tf_transformer.cli`. Names are imported
+on first use.
 """
 
 from __future__ import annotations

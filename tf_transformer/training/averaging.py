@@ -1,18 +1,16 @@
-"""``tft average``: average the last N checkpoints of a run into one model (paper section 6.1:
-the base models average the last 5 checkpoints, written at 10-minute intervals; the big
-models the last 20).
+"""Checkpoint averaging (paper section 6.1: the base models average the last 5 checkpoints,
+written at 10-minute intervals; the big models the last 20), behind ``tft average``.
 
 ::
 
-    tft average --model-dir runs/base --last 5            # -> runs/base/averaged.keras
+    from tf_transformer.training.averaging import average_run
+    average_run("runs/base", last=5)                     # -> runs/base/averaged.keras
 
 The average is the element-wise arithmetic mean of every weight, computed in float64.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from pathlib import Path
 from typing import Optional, Sequence
@@ -20,6 +18,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from tf_transformer.errors import UserError
+from tf_transformer.io import read_run_config, save_model, save_weights
 
 
 def average_checkpoints(model, paths: Sequence, progress=None):
@@ -48,15 +47,6 @@ def average_checkpoints(model, paths: Sequence, progress=None):
     return model
 
 
-def _load_run_config(model_dir: Path):
-    from tf_transformer.config import load_config
-
-    path = model_dir / "config.yaml"
-    if not path.is_file():
-        raise UserError(f"{path} does not exist: --model-dir must be a directory written by tft train")
-    return load_config(str(path), require_vocab=True)
-
-
 def average_run(model_dir, last: Optional[int] = None, output=None, progress=None) -> dict:
     """Average the last ``last`` (default ``train.average_last``) checkpoints of the run in
     ``model_dir`` and save the result to ``output`` (default ``model_dir/averaged.keras``;
@@ -66,10 +56,10 @@ def average_run(model_dir, last: Optional[int] = None, output=None, progress=Non
 
     start = time.time()
     model_dir = Path(model_dir)
-    cfg = _load_run_config(model_dir)
+    cfg = read_run_config(model_dir)
     last = int(last or cfg.train.average_last)
     if last < 1:
-        raise UserError(f"--last {last} must be >= 1")
+        raise UserError(f"last={last}: must be >= 1")
     found = list_checkpoints(model_dir / "checkpoints")
     if not found:
         raise UserError(f"no checkpoints (ckpt-<step>.weights.h5) in {model_dir / 'checkpoints'}")
@@ -80,35 +70,15 @@ def average_run(model_dir, last: Optional[int] = None, output=None, progress=Non
     model.build()
     average_checkpoints(model, [p for _, p in chosen], progress)
     output = Path(output) if output else model_dir / "averaged.keras"
-    output.parent.mkdir(parents=True, exist_ok=True)
     if str(output).endswith(".weights.h5"):
-        model.save_weights(str(output), overwrite=True)
+        save_weights(model, output)
     elif output.suffix == ".keras":
-        model.save(str(output))
+        save_model(model, output)
     else:
-        raise UserError(f"--output {output}: expected a name ending in .keras or .weights.h5")
+        raise UserError(f"output {output}: expected a name ending in .keras or .weights.h5")
     steps = [s for s, _ in chosen]
     return {
         "output": output, "count": len(chosen), "steps": steps, "seconds": time.time() - start,
         "summary": f"averaged {len(chosen)} checkpoint(s) of {model_dir} (steps {steps[0]}..{steps[-1]}) "
                    f"into {output}",
     }
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model-dir", required=True, help="a run directory written by tft train")
-    parser.add_argument("--last", type=int, default=None,
-                        help="how many of the newest checkpoints to average (default: train.average_last "
-                             "of the run's config.yaml; the paper: 5 base, 20 big)")
-    parser.add_argument("--output", default=None,
-                        help="where to write the averaged model (.keras, or .weights.h5 for weights only; "
-                             "default MODEL_DIR/averaged.keras)")
-
-
-def run(args: argparse.Namespace) -> int:
-    def progress(msg):
-        print(msg, file=sys.stderr, flush=True)
-
-    result = average_run(args.model_dir, args.last, args.output, progress)
-    print(result["summary"])
-    return 0

@@ -17,9 +17,10 @@ scale (``tft ablate``).
                         steps_per_trial=600, steps_per_epoch=100)
 
 Modules: ``hypermodel`` (:class:`TransformerHyperModel`, :class:`SearchSpace`), ``search``
-(:func:`run_search`, :func:`make_tuner`, the results table), ``commands`` (``tft tune``),
-``rows`` (Table 3 rows scaled to a small config), ``ablation`` (``tft ablate``),
-``scoring`` (perplexity and BLEU). Names are imported on first use.
+(:func:`run_search`, :func:`make_tuner`, the results table), ``rows`` (Table 3 rows scaled
+to a small config), ``ablation`` (the study behind ``tft ablate``), ``scoring`` (perplexity
+and BLEU); both commands are in :mod:`tf_transformer.cli.tune`. Names are imported on first
+use.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``tft ablate``: the paper's Table 3 as a small-scale study on Multi30k.
+"""The paper's Table 3 as a small-scale study on Multi30k (behind ``tft ablate``).
 
 ::
 
@@ -33,19 +33,18 @@ whose training was interrupted; the report always covers every row done so far.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
 import datetime
 import json
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 from tf_transformer.config import Config, load_config
 from tf_transformer.errors import UserError
+from tf_transformer.io import atomic_path, atomic_write, say
 from tf_transformer.tuning.rows import (
     ROWS,
     describe_change,
@@ -59,30 +58,16 @@ from tf_transformer.tuning.rows import (
 SETTING_KEYS = ("base_config", "overrides", "steps", "minutes", "beam_size", "alpha", "bleu_sentences")
 
 
-def _say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def _atomic_write(path: Path, data: Union[str, bytes]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(".partial-" + path.name)
-    if isinstance(data, bytes):
-        tmp.write_bytes(data)
-    else:
-        tmp.write_text(data, encoding="utf-8")
-    tmp.replace(path)
-
-
 def budget_config(base: Config, steps: Optional[int], minutes: Optional[float]) -> Config:
     """``base`` with the per-row budget: ``steps`` updates and/or ``minutes`` of training."""
     cfg = copy.deepcopy(base)
     if steps is not None:
         if steps < 1:
-            raise UserError(f"--steps {steps}: must be >= 1")
+            raise UserError(f"steps={steps}: must be >= 1")
         cfg.train.train_steps = int(steps)
     if minutes is not None:
         if minutes <= 0:
-            raise UserError(f"--minutes {minutes}: must be > 0")
+            raise UserError(f"minutes={minutes}: must be > 0")
         cfg.train.max_minutes = float(minutes)
         if steps is None:
             cfg.train.train_steps = 10**9  # the clock decides
@@ -122,9 +107,9 @@ def load_results(path: Path) -> dict:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{path} is not a results file of tft ablate ({e}); move it away or choose "
-                        "another --output") from None
+                        "another output directory") from None
     if not isinstance(data, dict) or not isinstance(data.get("rows"), dict):
-        raise UserError(f"{path} is not a results file of tft ablate (no 'rows'); choose another --output")
+        raise UserError(f"{path} is not a results file of tft ablate (no 'rows'); choose another output directory")
     return data
 
 
@@ -134,7 +119,7 @@ def check_settings(previous: dict, settings: dict, path: Path) -> None:
     if diff and previous.get("rows"):
         shown = ", ".join(f"{k}: {old.get(k)!r} there, {settings.get(k)!r} now" for k in diff)
         raise UserError(f"{path} holds rows made with other settings ({shown}); rows trained differently "
-                        "are not comparable: rerun with the same settings or choose another --output")
+                        "are not comparable: rerun with the same settings or choose another output directory")
 
 
 # ---------------------------------------------------------------------------------------
@@ -246,18 +231,16 @@ def plot_report(results: dict, path: Path) -> Path:
     fig.suptitle(f"Table 3 at small scale: {s['base_config']}, "
                  + (f"{s['steps']} updates" if s.get("steps") else f"{s.get('minutes')} min") + " per row")
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(".partial-" + path.name)
-    fig.savefig(tmp, dpi=120, format="png")
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
-    tmp.replace(path)
     return path
 
 
 def write_report(results: dict, output_dir: Path) -> tuple[Path, Path, Path]:
     json_path, md_path, png_path = output_dir / "results.json", output_dir / "report.md", output_dir / "report.png"
-    _atomic_write(json_path, json.dumps(results, indent=2, sort_keys=False) + "\n")
-    _atomic_write(md_path, format_report(results))
+    atomic_write(json_path, json.dumps(results, indent=2, sort_keys=False) + "\n")
+    atomic_write(md_path, format_report(results))
     plot_report(results, png_path)
     return md_path, png_path, json_path
 
@@ -315,7 +298,7 @@ def evaluate_row(model, cfg: Config, tokenizer, beam_size: int, alpha: float, bl
 def run_ablation(rows: Union[str, Sequence[str]], output_dir, *, base_config: Union[str, Config] = "multi30k_small",
                  overrides: Sequence[str] = (), steps: Optional[int] = None, minutes: Optional[float] = None,
                  beam_size: Optional[int] = None, bleu_sentences: Optional[int] = None, strategy=None,
-                 validate: bool = True, verbose="auto", log: Callable[[str], None] = _say) -> AblationResult:
+                 validate: bool = True, verbose="auto", log: Callable[[str], None] = say) -> AblationResult:
     """Train and score Table 3 rows (plus ``base``) at small scale; write the report.
 
     Args:
@@ -335,10 +318,10 @@ def run_ablation(rows: Union[str, Sequence[str]], output_dir, *, base_config: Un
 
     from tf_transformer import data as data_api
     from tf_transformer.data import sources as data_sources
-    from tf_transformer.decoding.translator import load_model
+    from tf_transformer.io import load_model
     from tf_transformer.model import count_parameters
     from tf_transformer.training.loop import train
-    from tf_transformer.training.strategy import describe, is_multiworker, make_strategy
+    from tf_transformer.training.strategy import describe, resolve_strategy
 
     chosen = parse_rows(rows) if isinstance(rows, str) else parse_rows(",".join(rows))
     chosen = ["base"] + [r for r in chosen if r != "base"]
@@ -350,10 +333,10 @@ def run_ablation(rows: Union[str, Sequence[str]], output_dir, *, base_config: Un
         base = load_config(base_config, list(overrides))
         base_name = str(base_config)
     if bleu_sentences is not None and bleu_sentences < 1:
-        raise UserError(f"--bleu-sentences {bleu_sentences}: must be >= 1")
+        raise UserError(f"bleu_sentences={bleu_sentences}: must be >= 1")
     beam = int(beam_size if beam_size is not None else base.decode.beam_size)
     if beam < 1:
-        raise UserError(f"--beam-size {beam}: must be >= 1")
+        raise UserError(f"beam_size={beam}: must be >= 1")
     base = budget_config(base, steps, minutes)
     for row in chosen:  # fail on a bad mapping before any training
         row_config(row, base)
@@ -368,18 +351,8 @@ def run_ablation(rows: Union[str, Sequence[str]], output_dir, *, base_config: Un
     results["settings"] = settings
 
     # one vocabulary for every row
-    vocab = Path(base.data.vocab_model) if base.data.vocab_model else output_dir / "vocab.model"
-    if not vocab.is_file():
-        log(f"ablate: vocabulary {vocab} does not exist: building it (data.vocab_size={base.data.vocab_size})")
-        data_api.build_vocab(base.data, vocab, progress=log)
-    base.data.vocab_model = str(vocab)
-    proto = data_api.Tokenizer(vocab).model_proto
-
-    if strategy is None or isinstance(strategy, str):
-        strategy = make_strategy(strategy or base.train.strategy)
-    if is_multiworker(strategy):
-        raise UserError("tft ablate runs on one machine (one process writes the report); unset TF_CONFIG "
-                        "or pass --strategy mirrored")
+    proto = data_api.resolve_vocabulary(base, output_dir / "vocab.model", log=log, who="ablate").model_proto
+    strategy = resolve_strategy(strategy, base.train.strategy, one_machine="tft ablate (one process writes the report)")
     results["strategy"] = describe(strategy)
     results["machine"] = _machine()
     results["tokens_per_batch"] = base.data.tokens_per_batch
@@ -431,48 +404,3 @@ def run_ablation(rows: Union[str, Sequence[str]], output_dir, *, base_config: Un
     md, png, js = write_report(results, output_dir)
     return AblationResult(output_dir=output_dir, results=results, trained=trained, skipped=skipped,
                           report_md=md, report_png=png, results_json=js)
-
-
-# ---------------------------------------------------------------------------------------
-# CLI
-# ---------------------------------------------------------------------------------------
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = __doc__.split("\n\n", 1)[1]
-    parser.add_argument("--rows", default="A1,A3,C1,C2,D1,E",
-                        help="rows: names (A1..E), group letters (A..E) or 'all'; base is always added "
-                        "(default A1,A3,C1,C2,D1,E)")
-    parser.add_argument("--base-config", default="multi30k_small",
-                        help="the small base config (default multi30k_small)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                        help="override a field of the base config (repeatable)")
-    budget = parser.add_mutually_exclusive_group()
-    budget.add_argument("--steps", type=int, help="updates per row (default train.train_steps of the base config)")
-    budget.add_argument("--minutes", type=float, help="wall-clock training minutes per row instead of steps")
-    parser.add_argument("--beam-size", type=int, default=None,
-                        help="beam for test BLEU (default decode.beam_size; 1 = greedy)")
-    parser.add_argument("--bleu-sentences", type=int, default=None, help="score only the first N test sentences")
-    parser.add_argument("--strategy", choices=("auto", "default", "mirrored"), default=None,
-                        help="distribution strategy (default train.strategy)")
-    parser.add_argument("--no-validation", action="store_true",
-                        help="skip the validation pass after each epoch of training (PPL is measured at the end)")
-    parser.add_argument("--output", "-o", help="output directory (required unless --list)")
-    parser.add_argument("--list", action="store_true", help="print the row mapping and exit")
-    parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=2, help="model.fit verbosity (default 2)")
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.list:
-        base = load_config(args.base_config, args.overrides)
-        print(listing(base))
-        return 0
-    if not args.output:
-        raise UserError("--output DIR is required (where report.md, report.png and results.json go)")
-    result = run_ablation(args.rows, args.output, base_config=args.base_config, overrides=args.overrides,
-                          steps=args.steps, minutes=args.minutes, beam_size=args.beam_size,
-                          bleu_sentences=args.bleu_sentences, strategy=args.strategy,
-                          validate=not args.no_validation, verbose=args.verbose)
-    print(f"tft ablate: {result.summary()}")
-    return 0

@@ -1,4 +1,5 @@
-"""``tft translate``: translate a file or stdin to stdout with beam search."""
+"""``tft translate``: translate a file or stdin to stdout with beam search; the decoding
+arguments ``tft evaluate`` and ``tft export`` share."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import os
 import sys
 import time
 
+from tf_transformer.cli._common import flags
 from tf_transformer.errors import UserError
+from tf_transformer.io import atomic_write
 
 RULES = """\
 input rules:
@@ -35,7 +38,9 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-extra-len", type=int, default=None,
                         help="output may be up to input length + this many tokens (default 50)")
     parser.add_argument("--batch-size", type=int, default=None, help="sentences per batch (default 64)")
-    parser.add_argument("--xla", action="store_true", help="compile the decoding graph with XLA (one compilation per batch shape: pays off only on long jobs)")
+    parser.add_argument("--xla", action="store_true",
+                        help="compile the decoding graph with XLA (one compilation per batch shape: pays off only "
+                        "on long jobs)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -56,7 +61,7 @@ def decode_settings(args):
         value = getattr(args, flag)
         if value is not None:
             setattr(decode, field, value)
-    from tf_transformer.config import ConfigError
+    from tf_transformer.errors import ConfigError
 
     try:
         decode.validate()
@@ -72,22 +77,31 @@ def decode_settings(args):
 
 def build_translator(args):
     """Model, tokenizer and :class:`Translator` from the shared arguments."""
-    from tf_transformer.decoding.translator import (
-        Translator,
-        load_model,
-        load_tokenizer,
-    )
+    from tf_transformer.decoding.translator import Translator
 
     cfg, decode = decode_settings(args)
-    vocab = args.vocab or (cfg.data.vocab_model if cfg is not None else None)
-    if not vocab:
-        raise UserError("--vocab is required (or a --config whose data.vocab_model names the SentencePiece model)")
-    model = load_model(args.model)
-    tok = load_tokenizer(vocab, model)
+    model, tok = load_model_and_vocabulary(args, cfg)
     translator = Translator(model, tok, beam_size=decode.beam_size, alpha=decode.alpha,
                             max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
                             jit_compile=args.xla)
     return cfg, decode, translator
+
+
+#: Library words -> the flags that give them.
+MODEL_FLAGS = {"model ": "--model ", "vocabulary ": "--vocab "}
+
+
+def load_model_and_vocabulary(args, cfg):
+    """The ``--model`` and its ``--vocab`` (default: ``data.vocab_model`` of ``--config``)."""
+    from tf_transformer.decoding.translator import load_tokenizer
+    from tf_transformer.io import load_model
+
+    vocab = args.vocab or (cfg.data.vocab_model if cfg is not None else None)
+    if not vocab:
+        raise UserError("--vocab is required (or a --config whose data.vocab_model names the SentencePiece model)")
+    with flags(MODEL_FLAGS):
+        model = load_model(args.model)
+        return model, load_tokenizer(vocab, model)
 
 
 def describe(decode) -> str:
@@ -98,7 +112,8 @@ def describe(decode) -> str:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = RULES + "\nexample:\n  echo 'A dog runs.' | tft translate --model runs/m/model.keras --vocab runs/m/spm.model\n"
+    parser.epilog = (RULES + "\nexample:\n"
+                     "  echo 'A dog runs.' | tft translate --model runs/m/model.keras --vocab runs/m/spm.model\n")
     add_decode_arguments(parser)
     parser.add_argument("--input", default="-", help="input file, one sentence per line (default: stdin)")
     parser.add_argument("--output", default="-", help="output file (default: stdout)")
@@ -143,10 +158,7 @@ def run(args: argparse.Namespace) -> int:
         dest = "stdout"
     else:
         try:
-            tmp = args.output + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, args.output)
+            atomic_write(args.output, text)
         except OSError as e:
             raise UserError(f"--output {args.output}: cannot write it ({e.strerror})") from None
         dest = args.output

@@ -1,12 +1,16 @@
-"""``tft``: the command-line entry point.
+"""``tft``: the command line, the top layer of the package.
 
-Each subcommand lives in the module that owns its work and exposes two functions::
+Every subcommand lives in a module of this package, which holds all that is about the
+command line (argument parsing, errors worded with the flags, printing) and calls the
+library for the work. A module exposes two functions per command::
 
     def configure(parser: argparse.ArgumentParser) -> None   # add its arguments
     def run(args: argparse.Namespace) -> int | None           # do the work
 
-The table below names them; a module is imported only when its command runs, so
-``tft --help`` answers at once without importing TensorFlow.
+(``configure_<name>``/``run_<name>`` where one module holds several commands). The table
+below names them; a module is imported only when its command runs, so ``tft --help``
+answers at once without importing TensorFlow. Library errors (:class:`UserError`) are
+printed as one line and exit with status 2.
 """
 
 from __future__ import annotations
@@ -17,16 +21,16 @@ import os
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "build-vocab": ("tf_transformer.data.commands", "train the shared SentencePiece vocabulary"),
-    "train": ("tf_transformer.training.commands", "train a model with model.fit (the paper's recipe)"),
-    "average": ("tf_transformer.training.averaging", "average the last N checkpoints into one model"),
-    "translate": ("tf_transformer.decoding.commands", "translate a file or stdin with beam search"),
-    "evaluate": ("tf_transformer.evaluation.commands", "translate a test set and score it (sacreBLEU, chrF)"),
-    "export": ("tf_transformer.serving.export", "export a SavedModel for TF Serving"),
-    "tune": ("tf_transformer.tuning.commands", "Keras Tuner search over heads, depth, d_ff, dropout"),
-    "ablate": ("tf_transformer.tuning.ablation", "train Table 3 rows at small scale and report"),
-    "plot-attention": ("tf_transformer.viz.attention", "draw attention weights like the paper's appendix"),
-    "params": ("tf_transformer.params", "count parameters of presets beside the paper's column"),
+    "build-vocab": ("tf_transformer.cli.data", "train the shared SentencePiece vocabulary"),
+    "train": ("tf_transformer.cli.train", "train a model with model.fit (the paper's recipe)"),
+    "average": ("tf_transformer.cli.train", "average the last N checkpoints into one model"),
+    "translate": ("tf_transformer.cli.decode", "translate a file or stdin with beam search"),
+    "evaluate": ("tf_transformer.cli.evaluate", "translate a test set and score it (sacreBLEU, chrF)"),
+    "export": ("tf_transformer.cli.export", "export a SavedModel for TF Serving"),
+    "tune": ("tf_transformer.cli.tune", "Keras Tuner search over heads, depth, d_ff, dropout"),
+    "ablate": ("tf_transformer.cli.tune", "train Table 3 rows at small scale and report"),
+    "plot-attention": ("tf_transformer.cli.viz", "draw attention weights like the paper's appendix"),
+    "params": ("tf_transformer.cli.params", "count parameters of presets beside the paper's column"),
 }
 
 
@@ -67,19 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    from tf_transformer.config import ConfigError
     from tf_transformer.errors import UserError
 
     try:
         code = args._run(args)
-    except (ConfigError, UserError) as e:
+    except UserError as e:
         print(f"tft {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"tft {args.command}: interrupted", file=sys.stderr)
         return 130
     return int(code or 0)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
 from tf_transformer.errors import UserError
+from tf_transformer.io import atomic_write
 
 METRICS_HELP = """\
 metrics (see tf_transformer/evaluation/bleu.py):
@@ -21,7 +21,7 @@ metrics (see tf_transformer/evaluation/bleu.py):
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from tf_transformer.decoding.commands import RULES, add_decode_arguments
+    from tf_transformer.cli.decode import RULES, add_decode_arguments
 
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = METRICS_HELP + "\n" + RULES + (
@@ -75,11 +75,7 @@ def load_pairs(args, cfg):
 
 
 def run(args: argparse.Namespace) -> int:
-    from tf_transformer.decoding.commands import (
-        build_translator,
-        decode_settings,
-        describe,
-    )
+    from tf_transformer.cli.decode import build_translator, decode_settings, describe
     from tf_transformer.decoding.translator import ProgressBar
     from tf_transformer.evaluation.bleu import evaluate_translations, format_scores
 
@@ -125,9 +121,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _write(path: str, text: str, flag: str) -> None:
     try:
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        atomic_write(path, text)
     except OSError as e:
         raise UserError(f"{flag} {path}: cannot write it ({e.strerror})") from None

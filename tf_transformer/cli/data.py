@@ -44,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
             "no output given: pass --output PREFIX (writes PREFIX.model and PREFIX.vocab) "
             "or set data.vocab_model"
         )
-    result = build_vocab(cfg.data, output, overwrite=args.force)
+    try:
+        result = build_vocab(cfg.data, output, overwrite=args.force)
+    except UserError as e:
+        text = str(e).replace("write the new one elsewhere", "choose another --output")
+        raise type(e)(text.replace("(overwrite=True)", "(--force)")) from None
     print(result["summary"])
     return 0

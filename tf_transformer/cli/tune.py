@@ -1,4 +1,5 @@
-"""``tft tune``: Keras Tuner search over heads, depth, d_ff and dropout.
+"""``tft tune`` (Keras Tuner search over heads, depth, d_ff and dropout) and ``tft ablate``
+(the paper's Table 3 at small scale, :mod:`tf_transformer.tuning.ablation`).
 
 ::
 
@@ -20,6 +21,9 @@ from __future__ import annotations
 import argparse
 
 from tf_transformer.errors import UserError
+
+#: ``tft tune --help``'s epilog: the examples and what a trial does.
+TUNE_HELP = __doc__.split("\n\n", 1)[1]
 
 
 def _number_list(text: str, flag: str, kind=int) -> tuple:
@@ -43,9 +47,9 @@ def _float_list(text: str, flag: str) -> tuple:
     return _number_list(text, flag, float)
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
+def configure_tune(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = __doc__.split("\n\n", 1)[1]
+    parser.epilog = TUNE_HELP
     parser.add_argument("--config", "-c", default="multi30k_small",
                         help="preset name or YAML file (default multi30k_small)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
@@ -74,8 +78,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=2, help="model.fit verbosity (default 2)")
 
 
-def run(args: argparse.Namespace) -> int:
-    from tf_transformer.config import ConfigError, load_config
+def run_tune(args: argparse.Namespace) -> int:
+    from tf_transformer.config import load_config
+    from tf_transformer.errors import ConfigError
     from tf_transformer.tuning.hypermodel import SearchSpace
     from tf_transformer.tuning.search import run_search
 
@@ -109,4 +114,55 @@ def run(args: argparse.Namespace) -> int:
                         hyperband_factor=args.hyperband_factor, seed=args.seed, overwrite=args.overwrite,
                         verbose=args.verbose)
     print(f"tft tune: {result.summary()}")
+    return 0
+
+
+def configure_ablate(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    from tf_transformer.tuning import ablation
+
+    parser.epilog = ablation.__doc__.split("\n\n", 1)[1]
+    parser.add_argument("--rows", default="A1,A3,C1,C2,D1,E",
+                        help="rows: names (A1..E), group letters (A..E) or 'all'; base is always added "
+                        "(default A1,A3,C1,C2,D1,E)")
+    parser.add_argument("--base-config", default="multi30k_small",
+                        help="the small base config (default multi30k_small)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="override a field of the base config (repeatable)")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--steps", type=int, help="updates per row (default train.train_steps of the base config)")
+    budget.add_argument("--minutes", type=float, help="wall-clock training minutes per row instead of steps")
+    parser.add_argument("--beam-size", type=int, default=None,
+                        help="beam for test BLEU (default decode.beam_size; 1 = greedy)")
+    parser.add_argument("--bleu-sentences", type=int, default=None, help="score only the first N test sentences")
+    parser.add_argument("--strategy", choices=("auto", "default", "mirrored"), default=None,
+                        help="distribution strategy (default train.strategy)")
+    parser.add_argument("--no-validation", action="store_true",
+                        help="skip the validation pass after each epoch of training (PPL is measured at the end)")
+    parser.add_argument("--output", "-o", help="output directory (required unless --list)")
+    parser.add_argument("--list", action="store_true", help="print the row mapping and exit")
+    parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=2, help="model.fit verbosity (default 2)")
+
+
+def run_ablate(args: argparse.Namespace) -> int:
+    from tf_transformer.config import load_config
+    from tf_transformer.tuning.ablation import listing, run_ablation
+
+    if args.list:
+        base = load_config(args.base_config, args.overrides)
+        print(listing(base))
+        return 0
+    if not args.output:
+        raise UserError("--output DIR is required (where report.md, report.png and results.json go)")
+    for flag, value in (("--steps", args.steps), ("--bleu-sentences", args.bleu_sentences),
+                        ("--beam-size", args.beam_size)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} {value}: must be >= 1")
+    if args.minutes is not None and args.minutes <= 0:
+        raise UserError(f"--minutes {args.minutes}: must be > 0")
+    result = run_ablation(args.rows, args.output, base_config=args.base_config, overrides=args.overrides,
+                          steps=args.steps, minutes=args.minutes, beam_size=args.beam_size,
+                          bleu_sentences=args.bleu_sentences, strategy=args.strategy,
+                          validate=not args.no_validation, verbose=args.verbose)
+    print(f"tft ablate: {result.summary()}")
     return 0

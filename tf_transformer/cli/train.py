@@ -1,0 +1,71 @@
+"""``tft train`` (train a model with the paper's recipe on ``model.fit``) and ``tft average``
+(average the last N checkpoints of a run into one model).
+
+::
+
+    tft train --config multi30k_small --model-dir runs/demo
+    tft train --config base --set train.tokens_per_update=50000 --set train.mixed_precision=mixed_bfloat16
+    TF_CONFIG='{"cluster": {"worker": ["h1:2222", "h2:2222"]}, "task": {"type": "worker", "index": 0}}' \\
+        tft train --config base --strategy multiworker          # one process per worker
+
+    tft average --model-dir runs/base --last 5            # -> runs/base/averaged.keras
+
+Re-running the same train command continues a killed run from its last backup.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from tf_transformer.cli._common import flags
+from tf_transformer.config import STRATEGIES
+from tf_transformer.errors import UserError
+
+
+def configure_train(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True,
+                        help="a preset name (multi30k_small, base, table3/C3...) or a YAML file")
+    parser.add_argument("--set", dest="overrides", action="extend", nargs="+", default=[],
+                        metavar="SECTION.FIELD=VALUE",
+                        help="override a config value, e.g. --set train.train_steps=500 model.dropout=0.3 (repeatable)")
+    parser.add_argument("--strategy", choices=STRATEGIES, default=None,
+                        help="distribution strategy (default: train.strategy, 'auto')")
+    parser.add_argument("--model-dir", default=None, help="run directory (default: train.model_dir)")
+    parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=None,
+                        help="Keras progress: 1 progress bar (default), 2 one line per epoch, 0 none")
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from tf_transformer.config import load_config
+    from tf_transformer.training.loop import train
+
+    overrides = list(args.overrides)
+    if args.strategy:
+        overrides.append(f"train.strategy={args.strategy}")
+    cfg = load_config(args.config, overrides)
+    with flags({"strategy ": "--strategy "}):
+        result = train(cfg, model_dir=args.model_dir, verbose="auto" if args.verbose is None else args.verbose)
+    print(result.summary(), flush=True)
+    return 0 if result.stopped_early != "nan" else 1
+
+
+def configure_average(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model-dir", required=True, help="a run directory written by tft train")
+    parser.add_argument("--last", type=int, default=None,
+                        help="how many of the newest checkpoints to average (default: train.average_last "
+                             "of the run's config.yaml; the paper: 5 base, 20 big)")
+    parser.add_argument("--output", default=None,
+                        help="where to write the averaged model (.keras, or .weights.h5 for weights only; "
+                             "default MODEL_DIR/averaged.keras)")
+
+
+def run_average(args: argparse.Namespace) -> int:
+    from tf_transformer.io import say
+    from tf_transformer.training.averaging import average_run
+
+    if args.last is not None and args.last < 1:
+        raise UserError(f"--last {args.last} must be >= 1")
+    with flags({"output ": "--output "}):
+        result = average_run(args.model_dir, args.last, args.output, say)
+    print(result["summary"])
+    return 0

@@ -1,0 +1,75 @@
+"""``tft plot-attention``: draw attention weights like the paper's appendix
+(:mod:`tf_transformer.viz.attention`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tf_transformer.cli._common import flags
+from tf_transformer.errors import UserError
+from tf_transformer.viz.attention import KINDS
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="a trained model (.keras)")
+    parser.add_argument("--vocab", required=True, help="its SentencePiece model (.model)")
+    parser.add_argument("--sentence", required=True, help="source sentence")
+    parser.add_argument("--target", help="target sentence for decoder/cross attention (default: greedy translation)")
+    parser.add_argument("--attention", choices=sorted(KINDS), default="encoder")
+    parser.add_argument("--layer", type=int, default=-1, help="layer index, negative from the top (default: last)")
+    parser.add_argument("--heads", default="all", help="comma-separated head indices or 'all'")
+    parser.add_argument("--style", choices=["lines", "heatmap", "both"], default="both")
+    parser.add_argument("--query-token", type=int, help="lines style: draw only this query position")
+    parser.add_argument("--output", required=True, help="output file (.png or .svg); 'both' adds -lines/-heatmap")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tf_transformer.cli.decode import MODEL_FLAGS
+    from tf_transformer.data import Tokenizer
+    from tf_transformer.io import load_model
+    from tf_transformer.viz.attention import attention_for_sentence, plot_heatmaps, plot_lines
+
+    out = Path(args.output)
+    if out.suffix.lower() not in (".png", ".svg"):
+        raise UserError(f"--output {out}: expected a .png or .svg file name")
+    if not Path(args.vocab).is_file():
+        raise UserError(f"--vocab {args.vocab}: no such file")
+    with flags(MODEL_FLAGS):
+        model = load_model(args.model)
+    tokenizer = Tokenizer(args.vocab)
+    if not args.sentence.strip():
+        raise UserError("--sentence is empty")
+    weights, src, tgt = attention_for_sentence(model, tokenizer, args.sentence, args.target)
+    layers = weights[KINDS[args.attention]]
+    if not -len(layers) <= args.layer < len(layers):
+        raise UserError(f"--layer {args.layer}: the model has {len(layers)} layers (0..{len(layers) - 1})")
+    layer = args.layer % len(layers)
+    w = layers[layer]
+    if args.heads == "all":
+        heads = list(range(w.shape[0]))
+    else:
+        try:
+            heads = [int(h) for h in args.heads.split(",")]
+        except ValueError:
+            raise UserError(f"--heads {args.heads!r}: expected comma-separated integers or 'all'") from None
+        bad = [h for h in heads if not 0 <= h < w.shape[0]]
+        if bad:
+            raise UserError(f"--heads: {bad} out of range; the layer has {w.shape[0]} heads")
+    queries = src if args.attention == "encoder" else tgt
+    keys = tgt if args.attention == "decoder" else src
+    if args.query_token is not None and not 0 <= args.query_token < len(queries):
+        raise UserError(f"--query-token {args.query_token}: the query side has {len(queries)} tokens")
+    title = f"{args.attention} attention, layer {layer + 1} of {len(layers)}"
+    written = []
+    if args.style in ("lines", "both"):
+        path = out if args.style == "lines" else out.with_name(out.stem + "-lines" + out.suffix)
+        plot_lines(w, queries, keys, heads=heads, query_index=args.query_token, title=title, path=path)
+        written.append(path)
+    if args.style in ("heatmap", "both"):
+        path = out if args.style == "heatmap" else out.with_name(out.stem + "-heatmap" + out.suffix)
+        plot_heatmaps(w[heads], queries, keys, title=title, path=path)
+        written.append(path)
+    print(f"wrote {', '.join(map(str, written))} ({args.attention} attention, layer {layer + 1}/{len(layers)}, "
+          f"{len(heads)} heads, {len(queries)}x{len(keys)} tokens)")
+    return 0

@@ -23,15 +23,16 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" tests
 
 demo: $(STAMP)
-	$(PY) -m tf_transformer.demo
+	$(PY) tools/demo.py
 
 bench: $(STAMP)
-	$(PY) bench/train_throughput.py
-	$(PY) bench/input_pipeline.py
-	$(PY) bench/decode_throughput.py
+	$(PY) tools/bench/train_throughput.py
+	$(PY) tools/bench/input_pipeline.py
+	$(PY) tools/bench/decode_throughput.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check tf_transformer tests bench
+	$(VENV)/bin/ruff check tf_transformer tests tools
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info .pytest_cache

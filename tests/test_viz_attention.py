@@ -60,8 +60,9 @@ def test_plot_attention_in_a_fresh_process(tiny):
 
     root, _, _ = tiny
     out = root / "fresh.png"
-    proc = subprocess.run([sys.executable, "-m", "tf_transformer.cli", "plot-attention", "--model", str(root / "m.keras"),
-                           "--vocab", str(root / "spm.model"), "--sentence", "A dog.", "--attention", "cross",
+    proc = subprocess.run([sys.executable, "-m", "tf_transformer.cli", "plot-attention",
+                           "--model", str(root / "m.keras"), "--vocab", str(root / "spm.model"),
+                           "--sentence", "A dog.", "--attention", "cross",
                            "--style", "heatmap", "--output", str(out)],
                           capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -77,10 +78,10 @@ def test_plot_attention_bad_layer_is_a_clear_error(tiny, capsys):
 
 
 def test_demo_writes_both_attention_figures(tiny, tmp_path):
-    from tf_transformer.demo import plot_demo_attention
+    from tf_transformer.viz.attention import plot_sentence_attention
 
     _, model, tok = tiny
-    paths = plot_demo_attention(model, tok, "A girl climbs the stairs.", tmp_path)
+    paths = plot_sentence_attention(model, tok, "A girl climbs the stairs.", tmp_path)
     assert [p.name for p in paths] == ["attention-encoder-lines.png", "attention-cross-heatmap.png"]
     for p in paths:
         data = p.read_bytes()

@@ -16,6 +16,8 @@ Output format follows the file suffix (``.png`` or ``.svg``).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 KINDS = {"encoder": "encoder_self", "decoder": "decoder_self", "cross": "decoder_cross"}
@@ -130,3 +132,21 @@ def plot_heatmaps(weights, query_tokens, key_tokens, title="", path=None):
     if path is not None:
         fig.savefig(path, dpi=150, bbox_inches="tight")
     return fig
+
+
+def plot_sentence_attention(model, tokenizer, sentence: str, out_dir) -> list:
+    """The demo's attention figures (``make demo``) for ``sentence`` (greedy translation as the target):
+    appendix-style lines of the last encoder layer and heatmaps of the last decoder layer's
+    encoder-decoder attention, every head. Returns the written paths."""
+    weights, src, tgt = attention_for_sentence(model, tokenizer, sentence)
+    out_dir = Path(out_dir)
+    enc, cross = weights["encoder_self"], weights["decoder_cross"]
+    lines = out_dir / "attention-encoder-lines.png"
+    heat = out_dir / "attention-cross-heatmap.png"
+    plot_lines(enc[-1], src, src, title=f"encoder self-attention, layer {len(enc)} of {len(enc)}", path=lines)
+    plot_heatmaps(cross[-1], tgt, src, title=f"encoder-decoder attention, layer {len(cross)} of {len(cross)}",
+                  path=heat)
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+    return [lines, heat]

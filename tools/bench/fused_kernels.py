@@ -1,15 +1,15 @@
-"""The three training-step changes of 2026-11-30, each timed against what it replaced.
+"""Three kernels of the training step, each timed against the plain version it stands for.
 
-    python bench/fused_kernels.py [--rounds 15] [--threads 0] [--tokens 4096] [--vocab 8000] [--d-model 256]
+    python tools/bench/fused_kernels.py [--rounds 15] [--threads 0] [--tokens 4096] [--vocab 8000] [--d-model 256]
 
 All variants run in one process, round-robin (``--rounds`` rounds, median wall and process
 CPU time per call), forward + backward inside one ``tf.function``, at the benchmark shape of
-``bench/train_throughput.py`` (4,096 tokens = 128 x 32, d_model 256, vocab 8,000):
+``tools/bench/train_throughput.py`` (4,096 tokens = 128 x 32, d_model 256, vocab 8,000):
 
 * **head**: the tied pre-softmax projection and the label-smoothed loss (0.1) with its
   token statistics. ``head-logits`` = ``logits = h T^T`` then ``token_statistics`` on the
-  logits (the previous trainer path); ``head-fused`` =
-  ``losses.tied_head_statistics(targets, h, T)`` (the trainer now); ``head-matmuls`` = the
+  logits (the unfused path); ``head-fused`` =
+  ``losses.tied_head_statistics(targets, h, T)`` (what the trainer uses); ``head-matmuls`` = the
   same three matmuls with nothing else (the floor).
 * **kernels** over one ``[tokens, vocab]`` float32 matrix: TensorFlow's fused sparse
   softmax-cross-entropy kernel, ``softmax``, ``reduce_logsumexp``, ``argmax``, ``exp`` and a

@@ -1,10 +1,10 @@
 """One training step of our Transformer under JAX (no TensorFlow), for a lent GPU.
 
-    KERAS_BACKEND=jax python bench/gpu_step.py [--config base] [--tokens 25000] [--length 50]
+    KERAS_BACKEND=jax python tools/bench/gpu_step.py [--config base] [--tokens 25000] [--length 50]
                                               [--steps 20] [--warmup 3] [--policy mixed_bfloat16]
-    KERAS_BACKEND=jax python bench/gpu_step.py --smoke     # tiny shapes, any CPU, seconds
+    KERAS_BACKEND=jax python tools/bench/gpu_step.py --smoke     # tiny shapes, any CPU, seconds
 
-Run it through ``bench/gpu_step.sh``, which installs the carried Keras wheels first.
+Run it through ``tools/bench/gpu_step.sh``, which installs the carried Keras wheels first.
 
 The model is ``tf_transformer.model.Transformer`` (written in ``keras.ops`` only), run
 by Keras' JAX backend. The step is stateless JAX and touches no TensorFlow:
@@ -22,7 +22,7 @@ one GPU instead of eight). Timed: the median of ``--steps`` steps after ``--warm
 (compilation), each ended by ``block_until_ready``.
 
 Reported: step time, target tokens/s, model FLOPs per step (the analytic matmul count of
-``bench/train_throughput.py``: forward x 3), MFU against the H200's dense bf16 peak of
+``tools/bench/train_throughput.py``: forward x 3), MFU against the H200's dense bf16 peak of
 989 TFLOP/s (NVIDIA's H200 SXM datasheet figure: 1,979 TFLOP/s "with sparsity", halved
 for dense) and against a bf16 matmul rate measured on the spot, and the projected time for
 the paper's 100,000 base steps (paper: 12 hours on 8 x P100, section 5.2).
@@ -41,7 +41,7 @@ import time
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the repository: tools/bench/../..
 sys.path[:0] = [ROOT, HERE]
 
 H200_BF16_DENSE_TFLOPS = 989.0  # vendor datasheet (H200 SXM), dense = half the "with sparsity" figure

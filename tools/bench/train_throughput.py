@@ -1,6 +1,6 @@
 """Training throughput, side by side: our Transformer vs PyTorch nn.Transformer vs keras-hub.
 
-    python bench/train_throughput.py [--systems all] [--steps 10] [--warmup 2] [--jit both]
+    python tools/bench/train_throughput.py [--systems all] [--steps 10] [--warmup 2] [--jit both]
                                      [--json results.json]
 
 One training step = forward, backward, Adam update (beta 0.9/0.98, eps 1e-9) with a
@@ -38,12 +38,12 @@ unless ``--protos``): ``proto-fit-xlaloss`` and ``proto-step-xlaloss`` are ``our
 ``ours-step`` with only the loss wrapped in its own ``tf.function(jit_compile=True)``: XLA
 fuses the elementwise work over the [tokens, vocab] logits while the matmuls stay on
 TensorFlow's (oneDNN) kernels, which are faster on this CPU than XLA's (see
-``bench/train_profile.py`` and RESULTS.md). (``proto-trainer-xlastats``, the same for the trainer's
+``tools/bench/train_profile.py`` and RESULTS.md). (``proto-trainer-xlastats``, the same for the trainer's
 statistics, was retired when ``TrainingModel`` moved to the fused tied head,
 ``losses.tied_head_statistics``, which does without XLA what it did; RESULTS.md.)
 
 Each system runs in its own fresh Python process, one after another, so thread pools
-and compiled graphs never mix; the float32 matmul rate (``bench/matmul_rate.py``'s
+and compiled graphs never mix; the float32 matmul rate (``tools/bench/matmul_rate.py``'s
 ``matmul_gflops``, TensorFlow, 2048^3) is measured the same way in the same invocation.
 The first ``--warmup`` steps (tracing, XLA compilation) are not timed; the table reports
 the median of ``--steps`` timed steps.
@@ -77,7 +77,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the repository: tools/bench/../..
 
 OURS = ("ours-fit", "ours-fit-xla", "ours-step", "ours-step-xla", "ours-trainer", "ours-trainer-xla")
 PEERS = ("torch", "torch-1thread", "kerashub-fit", "kerashub-fit-xla")

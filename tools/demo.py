@@ -12,7 +12,8 @@
    heatmaps (``attention-cross-heatmap.png``: last decoder layer's encoder-decoder attention).
 
 Run it again and it reuses what is there (a finished run is not retrained); ``--fresh``
-starts over. ``python -m tf_transformer.demo --help`` lists the options.
+starts over. ``python tools/demo.py --help`` lists the options. A script beside the package:
+it uses nothing but the package's public API.
 """
 
 from __future__ import annotations
@@ -26,13 +27,11 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-
-def _say(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+from tf_transformer.io import say as _say  # noqa: E402
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m tf_transformer.demo", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python tools/demo.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="multi30k_small", help="preset or YAML file (default multi30k_small)")
     ap.add_argument("--model-dir", default="runs/demo", help="run directory (default runs/demo)")
@@ -49,12 +48,12 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tf_transformer.config import ConfigError, load_config
+    from tf_transformer.config import load_config
     from tf_transformer.errors import UserError
 
     try:
         return _run(args, load_config)
-    except (ConfigError, UserError) as e:
+    except UserError as e:
         _say(f"demo: error: {e}")
         return 2
 
@@ -69,7 +68,8 @@ def _evaluate(name, model, tokenizer, sources, references, decode_cfg, beam):
     hypotheses, _, _ = translator.translate(sources)
     seconds = time.time() - start
     scores = evaluate_translations(hypotheses, references)
-    _say(f"demo: {name}: test2016 translated in {seconds:.0f} s ({len(sources) / seconds:.1f} sentences/s, beam {beam})")
+    _say(f"demo: {name}: test2016 translated in {seconds:.0f} s ({len(sources) / seconds:.1f} sentences/s, "
+         f"beam {beam})")
     return hypotheses, scores
 
 
@@ -88,9 +88,10 @@ def _run(args, load_config) -> int:
     cfg = load_config(args.config, overrides)
 
     from tf_transformer.data import Tokenizer, build_vocab, read_parallel_text
-    from tf_transformer.decoding.translator import load_model
+    from tf_transformer.io import load_model
     from tf_transformer.training import train
     from tf_transformer.training.averaging import average_run
+    from tf_transformer.viz.attention import plot_sentence_attention
 
     # 1. vocabulary
     model_dir.mkdir(parents=True, exist_ok=True)
@@ -135,33 +136,14 @@ def _run(args, load_config) -> int:
         print(f"  {label:32s}{scores_final[key].score:16.2f}{scores_avg[key].score:12.2f}")
     print(f"  sacreBLEU signature: {best_scores['sacrebleu'].signature}")
     # 5. attention plots
-    plots = plot_demo_attention(avg_model if best_name == "averaged" else final_model, tokenizer, sources[0],
+    plots = plot_sentence_attention(avg_model if best_name == "averaged" else final_model, tokenizer, sources[0],
                                 model_dir)
     print(f"  attention plots ({best_name} weights, test sentence 1): {', '.join(map(str, plots))}")
-    print(f"demo: done in {(time.time() - started) / 60:.1f} min; test2016 sacreBLEU {best_scores['sacrebleu'].score:.2f} "
+    print(f"demo: done in {(time.time() - started) / 60:.1f} min; "
+          f"test2016 sacreBLEU {best_scores['sacrebleu'].score:.2f} "
           f"({best_name} weights); wrote {model_dir}/ (model.keras, averaged.keras, spm.model, "
           f"test2016.hyp.de, attention-*.png, logs/)")
     return 0
-
-
-def plot_demo_attention(model, tokenizer, sentence: str, out_dir) -> list:
-    """The demo's attention figures for ``sentence`` (greedy translation as the target):
-    appendix-style lines of the last encoder layer and heatmaps of the last decoder layer's
-    encoder-decoder attention, every head. Returns the written paths."""
-    from tf_transformer.viz.attention import attention_for_sentence, plot_heatmaps, plot_lines
-
-    weights, src, tgt = attention_for_sentence(model, tokenizer, sentence)
-    out_dir = Path(out_dir)
-    enc, cross = weights["encoder_self"], weights["decoder_cross"]
-    lines = out_dir / "attention-encoder-lines.png"
-    heat = out_dir / "attention-cross-heatmap.png"
-    plot_lines(enc[-1], src, src, title=f"encoder self-attention, layer {len(enc)} of {len(enc)}", path=lines)
-    plot_heatmaps(cross[-1], tgt, src, title=f"encoder-decoder attention, layer {len(cross)} of {len(cross)}",
-                  path=heat)
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
-    return [lines, heat]
 
 
 if __name__ == "__main__":

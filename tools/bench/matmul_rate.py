@@ -1,6 +1,6 @@
 """The machine's float32 matmul rate with TensorFlow (the denominator of our utilization).
 
-    python bench/matmul_rate.py [--n 2048] [--repeats 10]
+    python tools/bench/matmul_rate.py [--n 2048] [--repeats 10]
 """
 
 import argparse

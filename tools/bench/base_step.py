@@ -1,7 +1,7 @@
 """Time one forward+backward+Adam step of a preset (default: the paper's base) on a
 4,096-token batch, on this machine's CPU.
 
-    python bench/base_step.py [--config base] [--tokens 4096] [--length 32] [--steps 3]
+    python tools/bench/base_step.py [--config base] [--tokens 4096] [--length 32] [--steps 3]
 
 Prints wall seconds per step (after one warm-up step that traces the graph), the process's
 CPU seconds per step (user+sys, both cores), and peak resident memory.

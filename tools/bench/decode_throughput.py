@@ -1,9 +1,9 @@
 """Decoding speed and quality: greedy vs beam 4, cached vs uncached.
 
-    python bench/decode_throughput.py --model runs/multi30k_small/model.keras \
+    python tools/bench/decode_throughput.py --model runs/multi30k_small/model.keras \
         --vocab runs/multi30k_small/spm.model [--config multi30k_small] [--split test]
-        [--limit N] [--batch-size 64] [--xla] [--json bench/results/decode.json]
-    python bench/decode_throughput.py --tiny --limit 64      # plumbing check, tiny random-ish model
+        [--limit N] [--batch-size 64] [--xla] [--json tools/bench/results/decode.json]
+    python tools/bench/decode_throughput.py --tiny --limit 64      # plumbing check, tiny random-ish model
 
 Three measurements, each after one untimed warm-up call (tracing):
 
@@ -71,10 +71,11 @@ def parse_args(argv=None):
 
 
 def load(args):
-    from tf_transformer.decoding.translator import load_model, load_tokenizer
+    from tf_transformer.decoding.translator import load_tokenizer
+    from tf_transformer.io import load_model
 
     if args.tiny:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the suite's helpers
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # the suite's helpers
         from helpers.tiny_model import make_tiny_assets, toy_sentences
 
         directory = os.path.join(tempfile.gettempdir(), "tft_bench_tiny_model")
@@ -241,7 +242,8 @@ def main(argv=None):
         print(f"| {args.cache_length}-token outputs | cached s | uncached s | speedup |")
         print("|---|---|---|---|")
         for name, r in speed.items():
-            print(f"| {name}, batch {r['sentences']} | {r['cached_s']:.2f} | {r['uncached_s']:.2f} | {r['speedup']:.1f}x |")
+            print(f"| {name}, batch {r['sentences']} | {r['cached_s']:.2f} | {r['uncached_s']:.2f} "
+                  f"| {r['speedup']:.1f}x |")
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:

@@ -1,9 +1,9 @@
 """Where our training step's time goes, and what alternatives would gain (CPU, TensorFlow).
 
-    python bench/train_profile.py [--variants all] [--rounds 5] [--pad-fraction 0.25]
+    python tools/bench/train_profile.py [--variants all] [--rounds 5] [--pad-fraction 0.25]
                                   [--trace DIR]
 
-Same shape as ``bench/train_throughput.py`` (d_model 256, 3+3 layers, 4 heads, d_ff 1024,
+Same shape as ``tools/bench/train_throughput.py`` (d_model 256, 3+3 layers, 4 heads, d_ff 1024,
 vocab 8000, 128 x 32 tokens). All variants live in ONE process and are timed
 round-robin: every round runs each variant once, and the median over rounds is reported.
 On a machine shared with other jobs the load drifts over minutes; interleaving makes the
@@ -66,11 +66,12 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [os.path.dirname(HERE), HERE]
+sys.path[:0] = [os.path.dirname(os.path.dirname(HERE)), HERE]
 
 ALL = ("fwd", "fwd-xla", "fwd_loss", "grad", "grad-xla", "step", "step-xla", "fit", "fit-xla",
        "step_nodrop", "step_nodrop-xla", "step_fusedqkv", "step_fusedqkv-xla", "head", "head-xla",
-       "head_fusedce", "head_fusedce-xla", "head_densece", "head_densece-xla", "head_xlaloss", "step_densece", "step_densece-xla", "step_xlaloss",
+       "head_fusedce", "head_fusedce-xla", "head_densece", "head_densece-xla", "head_xlaloss", "step_densece",
+       "step_densece-xla", "step_xlaloss",
        "step_xlaloss_ln", "step_xlaloss_ln_attn",
        "step_pad", "step_pad_gather", "matmul", "matmul-xla", "matmuls", "matmuls-xla")
 

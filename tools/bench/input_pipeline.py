@@ -1,8 +1,8 @@
 """Input-pipeline benchmark: tokens/s, padding efficiency and tokens per batch.
 
-    python bench/input_pipeline.py                       # multi30k_small, 4,096-token budget
-    python bench/input_pipeline.py --epochs 5 --set data.tokens_per_batch=8192
-    python bench/input_pipeline.py --vocab runs/multi30k_small/vocab.model
+    python tools/bench/input_pipeline.py                       # multi30k_small, 4,096-token budget
+    python tools/bench/input_pipeline.py --epochs 5 --set data.tokens_per_batch=8192
+    python tools/bench/input_pipeline.py --vocab runs/multi30k_small/vocab.model
 
 Builds (or loads) the shared vocabulary, makes the training dataset exactly as ``tft
 train`` does (``make_dataset(cfg.data, "train", tokenizer, training=True)``), lets it warm
@@ -17,7 +17,7 @@ consume them. Reports:
   (``--train-tokens-per-s``; default 4,000, the top of the 1-4k target tokens/s that a
   training step reaches on the 2-core development machine).
 
-Not run by CI; results are recorded in bench/RESULTS.md.
+Not run by CI; results are recorded in tools/bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def main(argv=None) -> int:
     for k, v in lines:
         print(f"| {k:<{width}} | {v} |")
     print()
-    print("command: python bench/input_pipeline.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    print("command: python tools/bench/input_pipeline.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     return 0
 
 

@@ -97,7 +97,7 @@ class Transformer(keras.Model):
             self.positions = SinusoidalPositionalEncoding(name="positions", dtype=policy)
         else:
             self.positions = LearnedPositionalEmbedding(self.max_length, name="positions", dtype=policy)
-        self.embedding_dropout = keras.layers.Dropout(self.dropout_rate, name="embedding_dropout")
+        self.embedding_dropout = keras.layers.Dropout(self.dropout_rate, name="embedding_dropout", dtype=policy)
         stack = dict(num_layers=self.num_layers, num_heads=self.num_heads, key_dim=self.key_dim,
                      value_dim=self.value_dim, d_ff=self.d_ff, dropout=self.dropout_rate,
                      attention_dropout=self.attention_dropout, relu_dropout=self.relu_dropout,

@@ -56,6 +56,21 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None, tra
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention with independent ``key_dim`` (d_k) and ``value_dim`` (d_v).
 
+    **Not a drop-in for** ``keras.layers.MultiHeadAttention`` (same name, other semantics):
+
+    * call: ``(query, value=None, attention_mask=None, return_attention_scores=False)``; keys
+      and values both come from ``value`` (``query`` when omitted: self-attention). Keras'
+      layer is called ``(query, value, key=None, ...)`` with ``value`` required.
+    * no projection biases by default (``use_bias=False``); Keras' layer has them by default.
+    * ``attention_mask`` may carry a heads axis (``[batch, heads, q, k]``) besides
+      ``[batch, q, k]``; the softmax runs in float32 with masked logits at -1e9 and the
+      returned weights are float32 whatever the compute dtype.
+    * the output size is ``output_dim`` (default: the query's last dimension), not
+      ``output_shape``.
+
+    It also exposes the pieces the incremental decoder uses (``project_query``,
+    ``project_key_value``, ``attend``, ``combine_heads``).
+
     ``MultiHead(Q, K, V) = Concat(head_1..head_h) W^O`` with
     ``head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)``. Every head sees the whole
     ``d_model`` input. As in the paper's equations (and tensor2tensor), the four
@@ -97,7 +112,8 @@ class MultiHeadAttention(keras.layers.Layer):
         self.dropout_rate = float(dropout)
         self.use_bias = bool(use_bias)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.attention_dropout = keras.layers.Dropout(self.dropout_rate) if self.dropout_rate else None
+        self.attention_dropout = (keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+                                  if self.dropout_rate else None)
 
     def build(self, query_shape, value_shape=None):
         d_query = query_shape[-1]
@@ -171,7 +187,7 @@ class MultiHeadAttention(keras.layers.Layer):
             return ops.transpose(ops.reshape(part, (b, t, self.num_heads, depth)), (0, 2, 1, 3))
 
         # split, not slicing: the gradient of a split is one concatenation, while each strided
-        # slice's gradient writes a zero-filled [batch, length, 3 h d] buffer (bench/RESULTS.md)
+        # slice's gradient writes a zero-filled [batch, length, 3 h d] buffer
         q, k, v = ops.split(y, [hk, 2 * hk], axis=-1)
         return heads(q, self.key_dim), heads(k, self.key_dim), heads(v, self.value_dim)
 

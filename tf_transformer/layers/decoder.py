@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from tf_transformer.layers.encoder import _SublayerSettings, padding_attention_mask
+from tf_transformer.layers.encoder import LayerStack, SublayerSettings, padding_attention_mask
 
 
 def causal_mask(length):
@@ -15,10 +15,12 @@ def causal_mask(length):
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class DecoderLayer(_SublayerSettings):
+class DecoderLayer(SublayerSettings):
     """Masked self-attention, encoder-decoder attention, FFN; each post-LN with residual dropout.
 
-    Args: as :class:`~tf_transformer.layers.encoder.EncoderLayer`.
+    Args: those of :class:`~tf_transformer.layers.encoder.EncoderLayer`; the attention shape
+    (``num_heads``, ``key_dim``, ``value_dim``) is the same for the self- and the
+    encoder-decoder attention.
 
     Call arguments:
         x: ``[batch, target_length, d_model]``.
@@ -37,15 +39,17 @@ class DecoderLayer(_SublayerSettings):
         (2, 6, 32)
     """
 
-    def __init__(self, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1, **kwargs):
-        super().__init__(num_heads, key_dim, value_dim, d_ff, dropout, **kwargs)
+    def __init__(self, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1, attention_dropout=0.0,
+                 relu_dropout=0.0, layer_norm_epsilon=1e-6, **kwargs):
+        super().__init__(num_heads, key_dim, value_dim, d_ff, dropout, attention_dropout, relu_dropout,
+                         layer_norm_epsilon, **kwargs)
         self.self_attention = self._attention("self_attention")
         self.self_attention_norm = self._norm("self_attention_norm")
         self.cross_attention = self._attention("cross_attention")
         self.cross_attention_norm = self._norm("cross_attention_norm")
         self.ffn = self._ffn()
         self.ffn_norm = self._norm("ffn_norm")
-        self.dropout = keras.layers.Dropout(self.dropout_rate)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def build(self, x_shape, memory_shape=None):
         memory_shape = memory_shape or x_shape
@@ -122,8 +126,16 @@ class DecoderLayer(_SublayerSettings):
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class Decoder(_SublayerSettings):
-    """A stack of ``num_layers`` :class:`DecoderLayer`.
+class Decoder(LayerStack):
+    """A stack of ``num_layers`` :class:`DecoderLayer` (the paper's N=6) over the encoder's
+    memory; the causal mask is built here. Takes the embedded, position-encoded target input
+    (embedding dropout applied by the caller) and returns the states the output projection reads.
+
+    Args:
+        num_layers: ``N``, the number of layers (the paper: 6).
+        num_heads, key_dim, value_dim, d_ff, dropout, attention_dropout, relu_dropout,
+            layer_norm_epsilon: the settings of every :class:`DecoderLayer` (see there).
+        **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``...).
 
     Call arguments:
         x: embedded, position-encoded target input ``[batch, target_length, d_model]``.
@@ -143,11 +155,7 @@ class Decoder(_SublayerSettings):
         (2, 6, 32)
     """
 
-    def __init__(self, num_layers, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1, **kwargs):
-        super().__init__(num_heads, key_dim, value_dim, d_ff, dropout, **kwargs)
-        self.num_layers = int(num_layers)
-        self.layers = [DecoderLayer(name=f"layer_{i}", dtype=self.dtype_policy, **self.settings())
-                       for i in range(self.num_layers)]
+    layer_class = DecoderLayer
 
     def build(self, x_shape, memory_shape=None):
         for layer in self.layers:
@@ -177,8 +185,3 @@ class Decoder(_SublayerSettings):
 
     def compute_output_shape(self, x_shape, memory_shape=None):
         return x_shape
-
-    def get_config(self):
-        config = super().get_config()
-        config["num_layers"] = self.num_layers
-        return config

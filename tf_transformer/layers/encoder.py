@@ -9,8 +9,10 @@ from tf_transformer.layers.feed_forward import PositionwiseFeedForward
 from tf_transformer.layers.normalization import LayerNorm
 
 
-class _SublayerSettings(keras.layers.Layer):
-    """Hyper-parameters shared by encoder and decoder layers and stacks."""
+class SublayerSettings(keras.layers.Layer):
+    """Base of the encoder and decoder layers and stacks: the hyper-parameters they share
+    (stored, in ``get_config`` and handed on by :meth:`settings`) and the sublayers they make.
+    Not registered for serialization: only its subclasses are saved."""
 
     def __init__(self, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1,
                  attention_dropout=0.0, relu_dropout=0.0, layer_norm_epsilon=1e-6, **kwargs):
@@ -52,15 +54,17 @@ def padding_attention_mask(padding_mask):
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class EncoderLayer(_SublayerSettings):
+class EncoderLayer(SublayerSettings):
     """Self-attention then FFN, each wrapped as ``LayerNorm(x + Dropout(sublayer(x)))``.
 
     Args:
         num_heads, key_dim, value_dim: attention shape (``h``, ``d_k``, ``d_v``).
         d_ff: FFN inner size.
         dropout: residual dropout ``P_drop``.
-        attention_dropout, relu_dropout: optional extra dropouts (0 in the paper).
+        attention_dropout: dropout on the attention weights (0 in the paper).
+        relu_dropout: dropout after the FFN's ReLU (0 in the paper).
         layer_norm_epsilon: LayerNorm epsilon.
+        **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``...).
 
     Call arguments:
         x: ``[batch, length, d_model]``.
@@ -75,13 +79,15 @@ class EncoderLayer(_SublayerSettings):
         (2, 5, 32)
     """
 
-    def __init__(self, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1, **kwargs):
-        super().__init__(num_heads, key_dim, value_dim, d_ff, dropout, **kwargs)
+    def __init__(self, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1, attention_dropout=0.0,
+                 relu_dropout=0.0, layer_norm_epsilon=1e-6, **kwargs):
+        super().__init__(num_heads, key_dim, value_dim, d_ff, dropout, attention_dropout, relu_dropout,
+                         layer_norm_epsilon, **kwargs)
         self.self_attention = self._attention("self_attention")
         self.self_attention_norm = self._norm("self_attention_norm")
         self.ffn = self._ffn()
         self.ffn_norm = self._norm("ffn_norm")
-        self.dropout = keras.layers.Dropout(self.dropout_rate)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def build(self, x_shape):
         self.self_attention.build(x_shape, x_shape)
@@ -103,12 +109,39 @@ class EncoderLayer(_SublayerSettings):
         return input_shape
 
 
+class LayerStack(SublayerSettings):
+    """Base of :class:`Encoder` and :class:`~tf_transformer.layers.decoder.Decoder`:
+    ``num_layers`` layers of ``layer_class``, named ``layer_0``... and made with the stack's
+    settings and dtype policy."""
+
+    layer_class: type = None  # set by the subclass
+
+    def __init__(self, num_layers, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1,
+                 attention_dropout=0.0, relu_dropout=0.0, layer_norm_epsilon=1e-6, **kwargs):
+        super().__init__(num_heads, key_dim, value_dim, d_ff, dropout, attention_dropout, relu_dropout,
+                         layer_norm_epsilon, **kwargs)
+        self.num_layers = int(num_layers)
+        self.layers = [self.layer_class(name=f"layer_{i}", dtype=self.dtype_policy, **self.settings())
+                       for i in range(self.num_layers)]
+
+    def get_config(self):
+        config = super().get_config()
+        config["num_layers"] = self.num_layers
+        return config
+
+
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class Encoder(_SublayerSettings):
+class Encoder(LayerStack):
     """A stack of ``num_layers`` :class:`EncoderLayer` (the paper's N=6).
 
     Takes the embedded, position-encoded source (the embedding dropout is applied by the
     caller) and returns the memory the decoder attends to.
+
+    Args:
+        num_layers: ``N``, the number of layers (the paper: 6).
+        num_heads, key_dim, value_dim, d_ff, dropout, attention_dropout, relu_dropout,
+            layer_norm_epsilon: the settings of every :class:`EncoderLayer` (see there).
+        **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``...).
 
     Call arguments:
         x: ``[batch, length, d_model]``.
@@ -122,11 +155,7 @@ class Encoder(_SublayerSettings):
         (2, 5, 32)
     """
 
-    def __init__(self, num_layers, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1, **kwargs):
-        super().__init__(num_heads, key_dim, value_dim, d_ff, dropout, **kwargs)
-        self.num_layers = int(num_layers)
-        self.layers = [EncoderLayer(name=f"layer_{i}", dtype=self.dtype_policy, **self.settings())
-                       for i in range(self.num_layers)]
+    layer_class = EncoderLayer
 
     def build(self, x_shape):
         for layer in self.layers:
@@ -142,9 +171,3 @@ class Encoder(_SublayerSettings):
 
     def compute_output_shape(self, input_shape):
         return input_shape
-
-    def get_config(self):
-        config = super().get_config()
-        config["num_layers"] = self.num_layers
-        return config
-

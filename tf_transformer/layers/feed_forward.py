@@ -29,7 +29,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.d_ff = int(d_ff)
         self.output_dim = output_dim
         self.relu_dropout = float(relu_dropout)
-        self.dropout = keras.layers.Dropout(self.relu_dropout) if self.relu_dropout else None
+        self.dropout = keras.layers.Dropout(self.relu_dropout, dtype=self.dtype_policy) if self.relu_dropout else None
 
     def build(self, input_shape):
         d_in = input_shape[-1]

@@ -16,7 +16,8 @@ def test_every_preset_loads_and_validates():
 def test_base_and_big_match_the_paper():
     base, big = load_config("base"), load_config("big")
     m = base.model.resolved()
-    assert (m.num_layers, m.d_model, m.d_ff, m.num_heads, m.key_dim, m.value_dim, m.dropout) == (6, 512, 2048, 8, 64, 64, 0.1)
+    assert (m.num_layers, m.d_model, m.d_ff, m.num_heads, m.key_dim, m.value_dim, m.dropout) == \
+        (6, 512, 2048, 8, 64, 64, 0.1)
     assert (base.train.train_steps, base.train.warmup_steps, base.train.label_smoothing) == (100000, 4000, 0.1)
     assert (base.train.adam_beta_1, base.train.adam_beta_2, base.train.adam_epsilon) == (0.9, 0.98, 1e-9)
     assert (base.decode.beam_size, base.decode.alpha, base.decode.max_extra_length) == (4, 0.6, 50)

@@ -240,7 +240,8 @@ train: {{train_steps: 6, steps_per_epoch: 3, warmup_steps: 4, checkpoint_every_m
     assert resolved["model"]["vocab_size"] == 60 and resolved["train"]["label_smoothing"] == 0.2
     assert resolved["data"]["vocab_model"] == str(run / "vocab.model")
     out = subprocess.run([sys.executable, "-m", "tf_transformer.cli", "average", "--model-dir", str(run),
-                          "--last", "3"], check=False, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
+                          "--last", "3"], check=False, env=_env(), cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().startswith("averaged 1 checkpoint(s)") and (run / "averaged.keras").is_file()
 

@@ -207,16 +207,17 @@ def main(argv=None) -> int:
         for beam in beams:
             v, t = results[name][("val", beam)], results[name][("test2016", beam)]
             mark = " (chosen)" if (name, beam) == chosen else ""
-            lines.append(f"| {name}{mark} | {beam} | {v['scores']['sacrebleu']:.2f} | {v['scores']['bleu_lc_moses']:.2f}"
-                         f" | {t['scores']['sacrebleu']:.2f} | {t['scores']['bleu_lc_moses']:.2f} | "
-                         f"{t['scores']['bleu_lc']:.2f} | {t['scores']['chrf']:.2f} | {t['run_ons']} |")
+            lines.append(f"| {name}{mark} | {beam} | {v['scores']['sacrebleu']:.2f} | "
+                         f"{v['scores']['bleu_lc_moses']:.2f} | {t['scores']['sacrebleu']:.2f} | "
+                         f"{t['scores']['bleu_lc_moses']:.2f} | {t['scores']['bleu_lc']:.2f} | "
+                         f"{t['scores']['chrf']:.2f} | {t['run_ons']} |")
     sig = test["signatures"]
     lines += ["", "Signatures: " + "; ".join(f"`{sig[k]}`" for k in ("sacrebleu", "bleu_lc_moses", "chrf")), "",
               "![learning curve](learning-curve.png)", "",
               "| update | minutes | val BLEU (greedy) | val loss | val perplexity |", "|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['step']} | {r['minutes']:.1f} | {r['val_bleu']:.2f} | {r.get('val_loss', float('nan')):.3f} | "
-                     f"{r.get('val_perplexity', float('nan')):.2f} |")
+        lines.append(f"| {r['step']} | {r['minutes']:.1f} | {r['val_bleu']:.2f} | "
+                     f"{r.get('val_loss', float('nan')):.3f} | {r.get('val_perplexity', float('nan')):.2f} |")
     (out_dir / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     payload = {"run": str(run), "updates": last["step"], "train_minutes": train_minutes, "chosen": list(chosen),
                "alpha": alpha, "results": {n: {f"{s}/beam{b}": m for (s, b), m in r.items()}

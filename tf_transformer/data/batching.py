@@ -29,7 +29,7 @@ Steps, all graph ops (no per-example Python):
    included; short sentences give the most rows. Two-dimensional buckets keep the
    padding low on *both* sides (one-dimensional buckets by ``max(src, tgt)`` waste
    about 12% of the source slots on Multi30k). Their cost: pairs wait in partly filled
-   buckets, delayed but not lost (bench/input_pipeline.py measures how many);
+   buckets, delayed but not lost (tools/bench/input_pipeline.py measures how many);
 7. pad with 0 to the longest row of the batch, split the target into input and label,
    prefetch.
 
@@ -208,9 +208,8 @@ def _stats_key(cfg, split, tokenizer, input_context):
 def dataset_statistics(data_config, split: str, tokenizer, input_context=None) -> DataStats:
     """Count pairs read, kept, dropped (empty / over-long) and lines with invalid UTF-8.
 
-    One pass over the split in the graph (tokenizing in batches; 1-4 s for Multi30k's
-    29,000 pairs on the shared 2-core development machine, so roughly 1-2 minutes per
-    million pairs: set ``data.stats_pass: false`` to skip it on large corpora). Results
+    One pass over the split in the graph (tokenizing in batches; it grows with the corpus:
+    set ``data.stats_pass: false`` to skip it on large corpora). Results
     are cached for the process. With ``data.invalid_utf8: error`` a TFDS example with
     invalid UTF-8 raises :class:`DataError` (text files are checked before, with line
     numbers).
@@ -409,7 +408,7 @@ def make_dataset(
 
 def batch_statistics(batches) -> dict:
     """Padding efficiency and tokens per batch of an iterable of NumPy batches
-    ``((src, tgt_in), tgt_out)``: used by tests and ``bench/input_pipeline.py``."""
+    ``((src, tgt_in), tgt_out)``: used by tests and ``tools/bench/input_pipeline.py``."""
     import numpy as np
 
     src_real = src_slots = tgt_real = tgt_slots = 0

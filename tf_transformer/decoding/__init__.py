@@ -24,6 +24,7 @@ _EXPORTS = {
     "Translator": "translator",
 }
 
-__all__ = ["Translator", "beam_search", "cached_decoder", "greedy_search", "length_penalty", "translate_batch", "uncached_decoder"]
+__all__ = ["Translator", "beam_search", "cached_decoder", "greedy_search", "length_penalty", "translate_batch",
+           "uncached_decoder"]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -39,10 +39,7 @@ class DecoderLayer(SublayerSettings):
         (2, 6, 32)
     """
 
-    def __init__(self, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1, attention_dropout=0.0,
-                 relu_dropout=0.0, layer_norm_epsilon=1e-6, **kwargs):
-        super().__init__(num_heads, key_dim, value_dim, d_ff, dropout, attention_dropout, relu_dropout,
-                         layer_norm_epsilon, **kwargs)
+    def make_sublayers(self):
         self.self_attention = self._attention("self_attention")
         self.self_attention_norm = self._norm("self_attention_norm")
         self.cross_attention = self._attention("cross_attention")

@@ -25,6 +25,10 @@ class SublayerSettings(keras.layers.Layer):
         self.attention_dropout = float(attention_dropout)
         self.relu_dropout = float(relu_dropout)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.make_sublayers()
+
+    def make_sublayers(self):
+        """Create the sublayers from the settings (called once, at the end of ``__init__``)."""
 
     def settings(self):
         return dict(num_heads=self.num_heads, key_dim=self.key_dim, value_dim=self.value_dim,
@@ -79,10 +83,7 @@ class EncoderLayer(SublayerSettings):
         (2, 5, 32)
     """
 
-    def __init__(self, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1, attention_dropout=0.0,
-                 relu_dropout=0.0, layer_norm_epsilon=1e-6, **kwargs):
-        super().__init__(num_heads, key_dim, value_dim, d_ff, dropout, attention_dropout, relu_dropout,
-                         layer_norm_epsilon, **kwargs)
+    def make_sublayers(self):
         self.self_attention = self._attention("self_attention")
         self.self_attention_norm = self._norm("self_attention_norm")
         self.ffn = self._ffn()

@@ -26,7 +26,9 @@ input rules:
 
 def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments shared by ``tft translate`` and ``tft evaluate``."""
-    parser.add_argument("--model", required=True, help="the .keras model (from tft train / tft average)")
+    parser.add_argument("--model", required=True,
+                        help="the .keras model (from tft train / tft average); with --engine ctranslate2, the "
+                             "directory written by tft export --format ctranslate2")
     parser.add_argument("--vocab", default=None,
                         help="the SentencePiece .model used in training (default: data.vocab_model of --config)")
     parser.add_argument("--config", default=None,
@@ -41,6 +43,11 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--xla", action="store_true",
                         help="compile the decoding graph with XLA (one compilation per batch shape: pays off only "
                         "on long jobs)")
+    parser.add_argument("--engine", default="tensorflow", choices=("tensorflow", "ctranslate2"),
+                        help="tensorflow (default: our beam search) or ctranslate2 (a CTranslate2 export; "
+                             "needs the [ct2] extra; --alpha 0 gives our outputs exactly, see docs/serving.md)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="ctranslate2 engine: CPU threads (default 0: CTranslate2's choice)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -80,6 +87,11 @@ def build_translator(args):
     from tf_transformer.decoding.translator import Translator
 
     cfg, decode = decode_settings(args)
+    if getattr(args, "engine", "tensorflow") == "ctranslate2":
+        vocab = args.vocab or (cfg.data.vocab_model if cfg is not None else None)
+        return cfg, decode, build_ct2_translator(args, decode, vocab)
+    if getattr(args, "threads", 0):
+        raise UserError(f"--threads {args.threads}: only for --engine ctranslate2")
     model, tok = load_model_and_vocabulary(args, cfg)
     translator = Translator(model, tok, beam_size=decode.beam_size, alpha=decode.alpha,
                             max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
@@ -102,6 +114,29 @@ def load_model_and_vocabulary(args, cfg):
     with flags(MODEL_FLAGS):
         model = load_model(args.model)
         return model, load_tokenizer(vocab, model)
+
+
+def build_ct2_translator(args, decode, vocab):
+    """A :class:`tf_transformer.serving.ctranslate2.CT2Translator` (no TensorFlow is imported).
+    The vocabulary defaults to the copy inside the export directory."""
+    from tf_transformer.serving.ctranslate2 import CT2Translator, ct2_length_penalty
+
+    if args.xla:
+        raise UserError("--xla: only for --engine tensorflow")
+    tok = None
+    if vocab:
+        from tf_transformer.decoding.translator import load_tokenizer
+
+        tok = load_tokenizer(vocab)
+    translator = CT2Translator(args.model, tok, beam_size=decode.beam_size, alpha=decode.alpha,
+                               max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
+                               threads=args.threads)
+    if decode.beam_size > 1 and decode.alpha > 0:
+        print(f"tft {args.command}: note: CTranslate2 normalises beam scores by |Y|^beta, not by GNMT's "
+              f"((5+|Y|)/6)^alpha; alpha {decode.alpha:g} is mapped to beta = alpha n/(5+n) for sources of n "
+              f"tokens (beta {ct2_length_penalty(decode.alpha, 12):.3f} at n = 12). Pass --alpha 0 for outputs "
+              "identical to --engine tensorflow.", file=sys.stderr)
+    return translator
 
 
 def describe(decode) -> str:

@@ -1,0 +1,225 @@
+"""CTranslate2 export: the exported model computes what ours computes and decodes to the same outputs.
+
+Needs the ``ctranslate2`` package (the ``[ct2]`` extra, also in ``[dev]``)."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+ctranslate2 = pytest.importorskip("ctranslate2", reason="the [ct2] extra (ctranslate2) is not installed")
+
+from helpers.tiny_model import make_tiny_assets, toy_sentences  # noqa: E402
+
+from tf_transformer.cli import main  # noqa: E402
+from tf_transformer.decoding.translator import Translator, load_tokenizer  # noqa: E402
+from tf_transformer.errors import UserError  # noqa: E402
+from tf_transformer.io import load_model  # noqa: E402
+from tf_transformer.serving.ctranslate2 import (  # noqa: E402
+    EXPORT_INFO,
+    CT2Translator,
+    ct2_length_penalty,
+    export_ctranslate2,
+    position_table,
+)
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    return make_tiny_assets(tmp_path_factory.getbasetemp() / "tft_tiny_copy_model")
+
+
+@pytest.fixture(scope="module")
+def tiny(assets):
+    model = load_model(assets[0])
+    return model, load_tokenizer(assets[1], model)
+
+
+@pytest.fixture(scope="module")
+def exported(tiny, tmp_path_factory):
+    model, tok = tiny
+    out = tmp_path_factory.mktemp("ct2") / "tiny_ct2"
+    export_ctranslate2(model, tok, out, source="tiny.keras")
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def sources(tiny):
+    tok = tiny[1]
+    return tok.encode(toy_sentences(120, seed=11))
+
+
+def teacher_forced_log_probs(model, source, target):
+    """Our log P(target[t] | source, target[:t]) for target + EOS, from the full forward pass."""
+    import keras
+
+    src = np.array([source], np.int32)
+    tgt_in = np.array([[2] + list(target)], np.int32)
+    logits = keras.ops.convert_to_numpy(model((src, tgt_in), training=False))[0]
+    log_probs = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
+        - logits.max(-1, keepdims=True)
+    return log_probs[np.arange(len(target) + 1), list(target) + [3]]
+
+
+def test_export_directory(exported, tiny):
+    model, tok = tiny
+    files = set(os.listdir(exported))
+    assert {"model.bin", "config.json", "sentencepiece.model", EXPORT_INFO} <= files
+    info = json.loads(open(os.path.join(exported, EXPORT_INFO)).read())
+    assert info["max_length"] == model.max_length and info["vocab_size"] == model.vocab_size
+    assert info["ids"] == {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
+    config = json.loads(open(os.path.join(exported, "config.json")).read())
+    assert config["layer_norm_epsilon"] == pytest.approx(model.layer_norm_epsilon)
+    assert (config["bos_token"], config["eos_token"], config["unk_token"]) == ("<s>", "</s>", "<unk>")
+    assert config["decoder_start_token"] == "<s>"
+    assert not config["add_source_bos"] and not config["add_source_eos"]
+    vocab_file = next(f for f in files if f.startswith("shared_vocabulary"))
+    vocab = json.loads(open(os.path.join(exported, vocab_file)).read())
+    assert vocab == tok.id_to_piece(range(tok.vocab_size))  # ids line up one to one
+
+
+def test_position_table_is_ours_not_ct2_builtin(tiny):
+    model = tiny[0]
+    table = position_table(model)
+    assert table.shape == (model.max_length, model.d_model)
+    # interleaved: sin at even columns, cos at odd columns (CTranslate2's own is [sin..., cos...])
+    pos, i = 7, 3
+    angle = pos / 10000 ** (2 * i / model.d_model)
+    assert table[pos, 2 * i] == pytest.approx(np.sin(angle), abs=1e-6)
+    assert table[pos, 2 * i + 1] == pytest.approx(np.cos(angle), abs=1e-6)
+
+
+def test_forward_log_probs_equal(exported, tiny, sources):
+    model = tiny[0]
+    ct = CT2Translator(exported, tiny[1])
+    targets = [s[::-1][:9] for s in sources[:24]]  # arbitrary targets: a teacher-forced pass scores any
+    theirs = ct.score_ids(sources[:24], targets)
+    worst = 0.0
+    for s, t, lp in zip(sources[:24], targets, theirs):
+        ours = teacher_forced_log_probs(model, s, t)
+        assert len(lp) == len(t) + 1  # every target token and EOS
+        worst = max(worst, float(np.max(np.abs(ours - np.array(lp)))))
+    assert worst < 1e-4
+
+
+def test_learned_positions_and_untrained_weights_map_too(tiny, tmp_path):
+    """A learned position table and random (non-zero) biases/norms: the forward pass still agrees."""
+    import keras
+
+    from tf_transformer.model import Transformer
+
+    tok = tiny[1]
+    keras.utils.set_random_seed(3)
+    model = Transformer(vocab_size=tok.vocab_size, d_model=24, num_layers=2, num_heads=3, d_ff=40, dropout=0.0,
+                        position_encoding="learned", max_length=32, layer_norm_epsilon=1e-5)
+    model.build()
+    rng = np.random.default_rng(0)
+    for w in model.weights:  # LayerNorm gammas/betas and FFN biases off their 1/0 initial values
+        if "gamma" in w.path or "beta" in w.path or "bias" in w.path:
+            w.assign(rng.normal(0.5 if "gamma" in w.path else 0.0, 0.3, w.shape).astype("float32"))
+    export_ctranslate2(model, tok, tmp_path / "m")
+    ct = CT2Translator(tmp_path / "m", tok)
+    srcs = tok.encode(toy_sentences(8, seed=2))
+    tgts = tok.encode(toy_sentences(8, seed=4))
+    for s, t, lp in zip(srcs, tgts, ct.score_ids(srcs, tgts)):
+        assert np.max(np.abs(teacher_forced_log_probs(model, s, t) - np.array(lp))) < 1e-4
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_decoding_equals_ours(exported, tiny, sources, beam):
+    model, tok = tiny
+    ours = Translator(model, tok, beam_size=beam, alpha=0.0, max_extra_length=50)
+    theirs = CT2Translator(exported, tok, beam_size=beam, alpha=0.0, max_extra_length=50)
+    a, sa, _ = ours.translate_ids(sources)
+    b, sb, _ = theirs.translate_ids(sources)
+    assert sum(x == y for x, y in zip(a, b)) == len(sources)
+    assert len({len(x) for x in a}) > 3  # real outputs of varied lengths, not one degenerate answer
+    assert np.max(np.abs(np.array(sa) - np.array(sb))) < 1e-4
+
+
+def test_per_sentence_length_limit(exported, tiny, sources):
+    """Sources of mixed lengths in one batch, limits that bind (source length + 1): the
+    sentences that run past their own limit are decoded again with it."""
+    model, tok = tiny
+    ours = Translator(model, tok, beam_size=1, max_extra_length=1)
+    theirs = CT2Translator(exported, tok, beam_size=1, max_extra_length=1, batch_size=128)
+    a, sa, _ = ours.translate_ids(sources)
+    b, sb, stats = theirs.translate_ids(sources)
+    assert stats.redecoded > 0
+    assert a == b
+    assert np.max(np.abs(np.array(sa) - np.array(sb))) < 1e-4
+    assert all(len(x) <= len(s) + 1 for x, s in zip(b, sources))
+
+
+def test_ct2_length_penalty():
+    assert ct2_length_penalty(0.0, 12) == 0.0
+    beta = ct2_length_penalty(0.6, 12)
+    # the same slope of log(penalty) in log(length) as GNMT's at n = 12
+    n, h = 12.0, 1e-4
+    gnmt_slope = (0.6 * np.log((5 + n * np.exp(h)) / 6) - 0.6 * np.log((5 + n) / 6)) / h
+    assert beta == pytest.approx(gnmt_slope, rel=1e-3)
+    assert 0 < beta < 0.6
+
+
+def test_cli_export_and_translate(assets, tmp_path, capsys):
+    model_path, vocab_path = assets
+    out = tmp_path / "cli_ct2"
+    assert main(["export", "--format", "ctranslate2", "--model", model_path, "--vocab", vocab_path,
+                 "--output", str(out), "--quantization", "int8"]) == 0
+    assert json.loads((out / EXPORT_INFO).read_text())["quantization"] == "int8"
+    # an existing directory is not replaced without --force
+    capsys.readouterr()
+    assert main(["export", "--format", "ctranslate2", "--model", model_path, "--vocab", vocab_path,
+                 "--output", str(out)]) == 2
+    assert "--force" in capsys.readouterr().err
+
+    f32 = tmp_path / "cli_ct2_f32"
+    assert main(["export", "--format", "ctranslate2", "--model", model_path, "--vocab", vocab_path,
+                 "--output", str(f32)]) == 0
+    texts = toy_sentences(30, seed=8) + [""]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(texts) + "\n")
+    outputs = {}
+    for engine, model_arg in (("tensorflow", model_path), ("ctranslate2", str(f32))):
+        dest = tmp_path / f"out.{engine}"
+        extra = ["--vocab", vocab_path] if engine == "tensorflow" else []  # ct2: the export's copy
+        assert main(["translate", "--engine", engine, "--model", model_arg, *extra, "--input", str(src),
+                     "--output", str(dest), "--alpha", "0", "--quiet"]) == 0
+        outputs[engine] = dest.read_text().split("\n")
+    assert outputs["tensorflow"] == outputs["ctranslate2"]
+    assert outputs["ctranslate2"][30] == ""  # the empty line stays empty
+    capsys.readouterr()
+    assert main(["translate", "--engine", "ctranslate2", "--model", str(f32), "--input", str(src), "--quiet"]) == 0
+    assert "--alpha 0" in capsys.readouterr().err  # alpha 0.6 is mapped, and it says so
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["export", "--format", "ctranslate2", "--quantization", "int4"], "--quantization int4: not one of"),
+    (["export", "--quantization", "int8"], "--quantization int8: only for --format ctranslate2"),
+])
+def test_cli_export_errors(assets, tmp_path, capsys, argv, message):
+    assert main(argv + ["--model", assets[0], "--vocab", assets[1], "--output", str(tmp_path / "x")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_translate_errors(assets, exported, tmp_path, capsys):
+    src = tmp_path / "in.txt"
+    src.write_text("a dog.\n")
+    cases = [
+        (["--engine", "ctranslate2", "--model", assets[0]], "not a directory"),
+        (["--engine", "ctranslate2", "--model", str(tmp_path)], "no model.bin"),
+        (["--engine", "ctranslate2", "--model", exported, "--xla"], "--xla: only for --engine tensorflow"),
+        (["--model", assets[0], "--vocab", assets[1], "--threads", "2"], "--threads 2: only for --engine ctranslate2"),
+    ]
+    for argv, message in cases:
+        assert main(["translate", *argv, "--input", str(src)]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_wrong_vocabulary_is_refused(exported, tmp_path):
+    from tf_transformer.data.tokenizer import Tokenizer, train_sentencepiece
+
+    other = Tokenizer(train_sentencepiece(iter(toy_sentences(300, seed=1)), 40, "bpe", 1.0))
+    with pytest.raises(UserError, match="40 pieces"):
+        CT2Translator(exported, other)

@@ -1,0 +1,449 @@
+"""CTranslate2 export (``tft export --format ctranslate2``) and decoding with it
+(``tft translate --engine ctranslate2``).
+
+`CTranslate2 <https://github.com/OpenNMT/CTranslate2>`_ is a C++ inference engine for
+Transformer models. :func:`export_ctranslate2` describes our model with its Python spec API
+(``ctranslate2.specs.TransformerSpec``) and writes a model directory that
+``ctranslate2.Translator`` loads; :class:`CT2Translator` decodes with it behind the same
+interface as :class:`tf_transformer.decoding.translator.Translator`. Neither imports
+TensorFlow for decoding, so a ``tft translate --engine ctranslate2`` process starts in a
+fraction of a second.
+
+The mapping, checked weight by weight against the Keras model (``tests/test_serving_ctranslate2.py``):
+
+==========================  ===============================================================
+ours                        CTranslate2 spec
+==========================  ===============================================================
+shared table ``E``          ``encoder.embeddings[0]``, ``decoder.embeddings`` and
+                            ``decoder.projection`` (tied, no bias); CTranslate2 stores one copy
+``E * sqrt(d_model)``       ``scale_embeddings = True`` (its default)
+sinusoids, interleaved      an explicit ``position_encodings`` table of ``max_length`` rows
+(sin at even columns)       for the encoder and the decoder: CTranslate2's built-in
+                            sinusoids concatenate ``[sin..., cos...]`` with another frequency
+                            spacing, so they are not ours; a learned table is copied as is
+post-LN                     ``pre_norm = False``: each sublayer's ``layer_norm`` runs after
+                            its residual, and there is no final stack norm
+Q/K/V/O without biases      fused ``linear[0]`` (Q|K|V for self-attention; Q, then K|V, for
+                            cross-attention), kernels transposed to ``[out, in]``, no bias
+FFN with biases, ReLU       ``ffn.linear_0`` / ``ffn.linear_1`` with biases, ``Activation.RELU``
+LayerNorm epsilon           ``config.layer_norm_epsilon = model.layer_norm_epsilon``
+ids 0-3 pad/unk/BOS/EOS     the vocabulary is the SentencePiece pieces in id order, so
+                            ``<unk>``, ``<s>`` (decoder start), ``</s>`` are CTranslate2's
+                            defaults at our ids; the source gets no BOS/EOS (ours neither)
+==========================  ===============================================================
+
+Decoding differences, and what :class:`CT2Translator` does about them:
+
+* **Length penalty.** Our beam search ranks finished hypotheses by GNMT's
+  ``log P / ((5 + |Y|) / 6) ** alpha``; CTranslate2 by ``log P / |Y| ** length_penalty``.
+  With ``alpha = 0`` both are ``log P`` and the searches agree. For ``alpha > 0`` there is no
+  exact equivalent; :func:`ct2_length_penalty` picks the exponent whose penalty has the same
+  slope in ``log |Y|`` as GNMT's at the expected output length (the source length), the
+  nearest CTranslate2 setting, and ``tft translate`` says so on stderr.
+* **Minimum length.** CTranslate2 forbids EOS at the first step by default
+  (``min_decoding_length = 1``); ours does not, so it is called with 0.
+* **Per-sentence length limit.** Ours stops each sentence at ``min(n + max_extra_length,
+  max_length)`` tokens; CTranslate2 takes one ``max_decoding_length`` per call. Batches are
+  decoded with the largest limit in the batch, and a sentence whose output ran past its own
+  limit is decoded again alone with its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from tf_transformer.errors import UserError
+
+__all__ = [
+    "CT2Translator",
+    "EXPORT_INFO",
+    "QUANTIZATIONS",
+    "build_spec",
+    "ct2_length_penalty",
+    "export_ctranslate2",
+    "require_ctranslate2",
+]
+
+# Weight types CTranslate2 converts to (``ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES``).
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16",
+                 "float16", "bfloat16")
+EXPORT_INFO = "tft_export.json"   # our decoding settings and ids, beside CTranslate2's files
+SPM_FILE = "sentencepiece.model"  # the vocabulary, copied into the model directory
+SPECIAL_PIECES = {0: "<pad>", 1: "<unk>", 2: "<s>", 3: "</s>"}
+INSTALL_HINT = "pip install 'tf-transformer[ct2]' (or: pip install 'ctranslate2>=4.8,<5')"
+
+
+def require_ctranslate2(what: str = "--format ctranslate2"):
+    """Import ``ctranslate2`` or raise a :class:`UserError` saying how to install it."""
+    try:
+        import ctranslate2
+    except ImportError:
+        raise UserError(f"{what} needs the ctranslate2 package: {INSTALL_HINT}") from None
+    return ctranslate2
+
+
+# ---------------------------------------------------------------------------------------
+# Export
+# ---------------------------------------------------------------------------------------
+
+
+def check_exportable(model) -> None:
+    """Raise :class:`UserError` for model settings CTranslate2's Transformer cannot express."""
+    problems = []
+    head = model.d_model // model.num_heads
+    if model.key_dim != model.value_dim or model.key_dim * model.num_heads != model.d_model:
+        problems.append(f"key_dim={model.key_dim}, value_dim={model.value_dim} with num_heads={model.num_heads}, "
+                        f"d_model={model.d_model} (CTranslate2 needs key_dim = value_dim = d_model / num_heads "
+                        f"= {head})")
+    if model.position_encoding not in ("sinusoidal", "learned"):
+        problems.append(f"position_encoding={model.position_encoding!r}")
+    if problems:
+        raise UserError("--format ctranslate2: this model cannot be exported: " + "; ".join(problems))
+
+
+def _np(variable):
+    import keras
+    import numpy as np
+
+    return np.ascontiguousarray(keras.ops.convert_to_numpy(variable), dtype=np.float32)
+
+
+def position_table(model):
+    """``[max_length, d_model]`` float32: the position signal our model adds at positions
+    ``0..max_length-1`` (the same function the model calls, evaluated once)."""
+    import numpy as np
+
+    positions = np.arange(model.max_length, dtype=np.int32)
+    return _np(model.positions.encoding(positions, model.d_model))
+
+
+def _set_linear(spec, kernel, bias=None):
+    spec.weight = kernel.T.copy()  # Keras [in, out] -> CTranslate2 [out, in]
+    if bias is not None:
+        spec.bias = bias
+
+
+def _set_norm(spec, norm):
+    spec.gamma = _np(norm.gamma)
+    spec.beta = _np(norm.beta)
+
+
+def _set_self_attention(spec, attention, norm):
+    import numpy as np
+
+    qkv = np.concatenate([_np(attention.query_kernel), _np(attention.key_kernel), _np(attention.value_kernel)], axis=1)
+    _set_linear(spec.linear[0], qkv)
+    _set_linear(spec.linear[1], _np(attention.output_kernel))
+    _set_norm(spec.layer_norm, norm)
+    _check_no_bias(attention)
+
+
+def _set_cross_attention(spec, attention, norm):
+    import numpy as np
+
+    _set_linear(spec.linear[0], _np(attention.query_kernel))
+    _set_linear(spec.linear[1], np.concatenate([_np(attention.key_kernel), _np(attention.value_kernel)], axis=1))
+    _set_linear(spec.linear[2], _np(attention.output_kernel))
+    _set_norm(spec.layer_norm, norm)
+    _check_no_bias(attention)
+
+
+def _check_no_bias(attention):
+    if attention.use_bias:  # our Transformer never builds them; a subclass might
+        raise UserError("--format ctranslate2: attention projections with biases are not supported by this exporter")
+
+
+def _set_ffn(spec, ffn, norm):
+    _set_linear(spec.linear_0, _np(ffn.inner_kernel), _np(ffn.inner_bias))
+    _set_linear(spec.linear_1, _np(ffn.outer_kernel), _np(ffn.outer_bias))
+    _set_norm(spec.layer_norm, norm)
+
+
+def build_spec(model, pieces: Sequence[str]):
+    """A ``ctranslate2.specs.TransformerSpec`` holding ``model``'s weights, with ``pieces``
+    (the SentencePiece pieces in id order) as the shared vocabulary."""
+    ctranslate2 = require_ctranslate2()
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    check_exportable(model)
+    if len(pieces) != model.vocab_size:
+        raise UserError(f"--vocab has {len(pieces)} pieces but the model's vocab_size is {model.vocab_size}")
+    for i, piece in SPECIAL_PIECES.items():
+        if pieces[i] != piece:
+            raise UserError(f"--vocab: id {i} is {pieces[i]!r}, expected {piece!r} (the ids of tft build-vocab)")
+    del ctranslate2
+    spec = transformer_spec.TransformerSpec.from_config(
+        (model.num_layers, model.num_layers), model.num_heads, pre_norm=False,
+        activation=common_spec.Activation.RELU)
+    table = _np(model.embedding.embeddings)
+    positions = position_table(model)
+
+    enc = spec.encoder
+    enc.embeddings[0].weight = table
+    enc.scale_embeddings = True
+    enc.position_encodings.encodings = positions
+    for layer_spec, layer in zip(enc.layer, model.encoder.layers):
+        _set_self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_norm)
+        _set_ffn(layer_spec.ffn, layer.ffn, layer.ffn_norm)
+
+    dec = spec.decoder
+    dec.embeddings.weight = table
+    dec.scale_embeddings = True
+    dec.position_encodings.encodings = positions
+    dec.projection.weight = table  # tied: logits = h E^T; no bias
+    for layer_spec, layer in zip(dec.layer, model.decoder.layers):
+        _set_self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_norm)
+        _set_cross_attention(layer_spec.attention, layer.cross_attention, layer.cross_attention_norm)
+        _set_ffn(layer_spec.ffn, layer.ffn, layer.ffn_norm)
+
+    cfg = spec.config
+    cfg.layer_norm_epsilon = float(model.layer_norm_epsilon)
+    cfg.unk_token, cfg.bos_token, cfg.eos_token = SPECIAL_PIECES[1], SPECIAL_PIECES[2], SPECIAL_PIECES[3]
+    cfg.decoder_start_token = SPECIAL_PIECES[2]
+    cfg.add_source_bos = False
+    cfg.add_source_eos = False
+    spec.register_source_vocabulary(list(pieces))
+    spec.register_target_vocabulary(list(pieces))
+    return spec
+
+
+def export_ctranslate2(model, tokenizer, output_dir, quantization: str | None = None, overwrite: bool = False,
+                       source: str = "", decode: dict | None = None) -> dict:
+    """Write a CTranslate2 model directory: ``model.bin``, ``config.json`` and the shared
+    vocabulary (CTranslate2's files), ``sentencepiece.model`` (a copy of ``tokenizer``'s
+    model) and ``tft_export.json`` (ids, length limit, decoding defaults, provenance).
+
+    ``quantization``: one of :data:`QUANTIZATIONS`, or ``None`` for float32 weights.
+    Returns ``{"dir": ..., "info": ...}``.
+    """
+    require_ctranslate2()
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise UserError(f"--quantization {quantization}: not one of {', '.join(QUANTIZATIONS)}")
+    out = Path(output_dir)
+    if out.exists() and not overwrite:
+        raise UserError(f"--output {out} already exists; pass --force to replace it")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--output {out} is a file, not a directory")
+    if not getattr(tokenizer, "model_path", None):
+        raise UserError("--vocab: the tokenizer must come from a .model file (it is copied into the export)")
+    pieces = tokenizer.id_to_piece(range(tokenizer.vocab_size))
+    spec = build_spec(model, pieces)
+    spec.register_file(tokenizer.model_path, SPM_FILE)
+    spec.validate()
+    spec.optimize(quantization=quantization)
+
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    try:
+        spec.save(str(tmp))
+        info = {
+            "format": "ctranslate2",
+            "model": source,
+            "vocab": tokenizer.model_path,
+            "vocab_file": SPM_FILE,
+            "quantization": quantization or "float32",
+            "vocab_size": int(model.vocab_size),
+            "max_length": int(model.max_length),
+            "ids": {"pad": 0, "unk": 1, "bos": 2, "eos": 3},
+            "decode": dict(decode or {}),
+            "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
+        (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    return {"dir": str(out), "info": str(out / EXPORT_INFO)}
+
+
+def read_export_info(model_dir) -> dict:
+    """``tft_export.json`` of a CTranslate2 export, with clear errors for a wrong ``--model``."""
+    path = Path(model_dir)
+    if not path.is_dir():
+        raise UserError(f"--model {model_dir}: not a directory (--engine ctranslate2 takes the directory "
+                        "written by tft export --format ctranslate2)")
+    info_path = path / EXPORT_INFO
+    if not (path / "model.bin").is_file() or not info_path.is_file():
+        raise UserError(f"--model {model_dir}: no model.bin and {EXPORT_INFO} in it; export one with "
+                        "tft export --format ctranslate2")
+    try:
+        return json.loads(info_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UserError(f"--model {model_dir}: cannot read {EXPORT_INFO} ({e})") from None
+
+
+# ---------------------------------------------------------------------------------------
+# Decoding
+# ---------------------------------------------------------------------------------------
+
+
+def ct2_length_penalty(alpha: float, expected_length: float) -> float:
+    """CTranslate2's ``length_penalty`` nearest to GNMT's ``alpha`` around ``expected_length``.
+
+    GNMT divides by ``lp(n) = ((5 + n) / 6) ** alpha``, CTranslate2 by ``n ** beta``. Ranking
+    two hypotheses depends on the ratio of their penalties, i.e. on the slope of
+    ``log lp`` in ``log n``: ``alpha * n / (5 + n)`` for GNMT, ``beta`` for CTranslate2.
+    Equal slopes at the expected length give ``beta = alpha * n / (5 + n)``; 0 for 0.
+    """
+    if alpha <= 0:
+        return 0.0
+    n = max(float(expected_length), 1.0)
+    return float(alpha) * n / (5.0 + n)
+
+
+@dataclasses.dataclass
+class _Stats:  # the fields of tf_transformer.decoding.translator.TranslationStats
+    sentences: int = 0
+    decoded: int = 0
+    source_tokens: int = 0
+    output_tokens: int = 0
+    truncated: int = 0
+    seconds: float = 0.0
+    batches: int = 0
+    redecoded: int = 0  # sentences decoded again alone because they ran past their own limit
+
+
+class CT2Translator:
+    """Translate with a CTranslate2 export; the interface of
+    :class:`tf_transformer.decoding.translator.Translator` (``translate``, ``translate_ids``,
+    ``limit``, ``tokenizer``).
+
+    Args:
+      model_dir: a directory written by :func:`export_ctranslate2`.
+      tokenizer: a :class:`tf_transformer.data.Tokenizer`; default: the ``sentencepiece.model``
+        in ``model_dir``.
+      beam_size, alpha, max_extra_length, batch_size: as for ``Translator``; ``alpha`` is
+        mapped by :func:`ct2_length_penalty` (exact for 0).
+      threads: CPU threads of the one CTranslate2 worker (0: CTranslate2's default).
+      compute_type: CTranslate2's ``compute_type`` (``"default"``: the exported weight type).
+      device: ``"cpu"`` or ``"cuda"``.
+
+    Example::
+
+        tr = CT2Translator("export/ct2", beam_size=4, alpha=0.0)
+        tr.translate(["A dog runs.", ""])[0]     # ["Ein Hund rennt.", ""]
+    """
+
+    def __init__(self, model_dir, tokenizer=None, beam_size: int = 4, alpha: float = 0.6,
+                 max_extra_length: int = 50, batch_size: int = 64, threads: int = 0,
+                 compute_type: str = "default", device: str = "cpu"):
+        ctranslate2 = require_ctranslate2("--engine ctranslate2")
+        if beam_size < 1:
+            raise UserError(f"--beam {beam_size}: must be >= 1")
+        if alpha < 0:
+            raise UserError(f"--alpha {alpha}: must be >= 0")
+        if max_extra_length < 0:
+            raise UserError(f"--max-extra-len {max_extra_length}: must be >= 0")
+        if batch_size < 1:
+            raise UserError(f"--batch-size {batch_size}: must be >= 1")
+        if threads < 0:
+            raise UserError(f"--threads {threads}: must be >= 0")
+        info = read_export_info(model_dir)
+        if tokenizer is None:
+            from tf_transformer.data.tokenizer import Tokenizer
+
+            tokenizer = Tokenizer(os.path.join(model_dir, info.get("vocab_file", SPM_FILE)))
+        if int(tokenizer.vocab_size) != int(info["vocab_size"]):
+            raise UserError(f"--vocab has {tokenizer.vocab_size} pieces but the export at {model_dir} has "
+                            f"{info['vocab_size']}; pass the vocabulary it was exported with")
+        self.tokenizer = tokenizer
+        self.info = info
+        self.beam_size = int(beam_size)
+        self.alpha = float(alpha)
+        self.max_extra_length = int(max_extra_length)
+        self.batch_size = int(batch_size)
+        self.limit = int(info["max_length"])
+        self.pieces = tokenizer.id_to_piece(range(tokenizer.vocab_size))
+        self.piece_ids = {p: i for i, p in enumerate(self.pieces)}
+        try:
+            self.engine = ctranslate2.Translator(str(model_dir), device=device, compute_type=compute_type,
+                                                 inter_threads=1, intra_threads=int(threads))
+        except (RuntimeError, ValueError) as e:
+            raise UserError(f"--model {model_dir}: CTranslate2 cannot load it ({e})") from None
+
+    def _options(self, width: int, max_length: int) -> dict:
+        # greedy: ours ignores alpha and scores the total log-probability; CTranslate2 would
+        # normalise its greedy scores too
+        penalty = ct2_length_penalty(self.alpha, width) if self.beam_size > 1 else 0.0
+        return dict(beam_size=self.beam_size, length_penalty=penalty,
+                    max_decoding_length=int(max_length), min_decoding_length=0, max_input_length=self.limit,
+                    return_scores=True, num_hypotheses=1)
+
+    def _decode(self, batch: list[list[int]]) -> list[tuple[list[int], float]]:
+        limits = [min(len(s) + self.max_extra_length, self.limit) for s in batch]
+        width = sum(len(s) for s in batch) / len(batch)
+        tokens = [[self.pieces[i] for i in s] for s in batch]
+        results = self.engine.translate_batch(tokens, **self._options(width, max(limits)))
+        out = []
+        for s, toks, limit, r in zip(batch, tokens, limits, results):
+            ids = [self.piece_ids.get(p, 1) for p in r.hypotheses[0]]
+            score = float(r.scores[0]) if r.scores else 0.0
+            # max_decoding_length counts EOS, which the hypothesis omits: decoded under the
+            # larger batch limit, an output of >= `limit` tokens would have been cut at this
+            # sentence's own limit, so it is decoded again with that limit
+            if len(ids) >= limit and limit < max(limits):
+                self.stats.redecoded += 1
+                (r,) = self.engine.translate_batch([toks], **self._options(len(s), limit))
+                ids = [self.piece_ids.get(p, 1) for p in r.hypotheses[0]]
+                score = float(r.scores[0]) if r.scores else 0.0
+            out.append(([i for i in ids if i != 0], score))
+        return out
+
+    def translate_ids(self, sources: Sequence[Sequence[int]], progress: Callable[[int], None] | None = None):
+        """As :meth:`tf_transformer.decoding.translator.Translator.translate_ids`."""
+        self.stats = stats = _Stats(sentences=len(sources))
+        start = time.time()
+        clipped = []
+        for ids in sources:
+            if len(ids) > self.limit:
+                stats.truncated += 1
+                ids = ids[: self.limit]
+            clipped.append(list(ids))
+        outputs: list[list[int]] = [[] for _ in clipped]
+        scores: list[float] = [0.0] * len(clipped)
+        todo = [i for i, ids in enumerate(clipped) if ids]
+        if progress and len(clipped) - len(todo):
+            progress(len(clipped) - len(todo))
+        todo.sort(key=lambda i: -len(clipped[i]))
+        for b in range(0, len(todo), self.batch_size):
+            idx = todo[b: b + self.batch_size]
+            for i, (out, score) in zip(idx, self._decode([clipped[i] for i in idx])):
+                outputs[i], scores[i] = out, score
+                stats.output_tokens += len(out)
+                stats.source_tokens += len(clipped[i])
+            stats.batches += 1
+            stats.decoded += len(idx)
+            if progress:
+                progress(len(idx))
+        stats.seconds = time.time() - start
+        return outputs, scores, stats
+
+    def translate(self, texts: Sequence[str], progress: Callable[[int], None] | None = None):
+        """As :meth:`tf_transformer.decoding.translator.Translator.translate`."""
+        texts = list(texts)
+        nonempty = [i for i, t in enumerate(texts) if t.strip()]
+        encoded = self.tokenizer.encode([texts[i] for i in nonempty]) if nonempty else []
+        sources: list[list[int]] = [[] for _ in texts]
+        for i, ids in zip(nonempty, encoded):
+            sources[i] = ids
+        outputs, scores, stats = self.translate_ids(sources, progress=progress)
+        decoded = self.tokenizer.decode(outputs) if outputs else []
+        return ([t.replace("\r", " ").replace("\n", " ") if sources[i] else "" for i, t in enumerate(decoded)],
+                scores, stats)
+
+    def score_ids(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]) -> list[list[float]]:
+        """Per-token log-probabilities of ``targets`` (no BOS/EOS; EOS is scored last) given
+        ``sources``, by CTranslate2's forward pass (teacher forcing)."""
+        src = [[self.pieces[i] for i in s[: self.limit]] for s in sources]
+        tgt = [[self.pieces[i] for i in t] for t in targets]
+        return [list(r.log_probs) for r in self.engine.score_batch(src, tgt, max_input_length=self.limit)]

@@ -42,7 +42,22 @@ batches for Multi30k's 1,014 validation pairs at 4,096 tokens).
 
 Before building the pipeline, ``make_dataset`` runs one counting pass over the split
 (``data.stats_pass``, also :func:`dataset_statistics`) and prints a one-line summary
-of pairs read, kept and dropped by reason to stderr.
+of pairs read, kept and dropped by reason to stderr. The pass runs once per corpus: its
+result is cached on disk (keyed by the files, the vocabulary and ``max_length``), and a
+prepared corpus answers from its manifest.
+
+Scaling with cores: training runs ``data.parallel_pipelines`` copies of steps 1-7 side by
+side (default one per core), pipeline ``j`` on its share of the split (whole files when
+there are enough, else every ``k``-th pair) with its own seed ``seed + 7919 * j``; their
+batches are taken in turn (``choose_from_datasets``, deterministic) and each pipeline runs
+ahead in its own thread, so the serial stages (unbatch, shuffle, bucketing) run ``k`` at a
+time. Under several workers the split is first divided among them (by file, when the split
+has at least as many file pairs or TFDS shards as workers), then among the pipelines.
+The order of the batches is a function of ``(seed, pipelines, workers)``; one pipeline's
+order is built by :func:`_pipeline`, which is where a per-epoch order and a skip of the
+first batches of an interrupted epoch attach (per pipeline, since the interleave is a
+fixed round robin: skipping ``n`` batches overall skips ``n // k`` or ``n // k + 1`` in
+each pipeline).
 """
 
 from __future__ import annotations

@@ -41,6 +41,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from tf_transformer.data.cache import Progress, cache_dir, disk_cache_get, disk_cache_put
 from tf_transformer.errors import DataError
 
@@ -514,24 +516,44 @@ def training_sentences_count(config) -> tuple[str, int]:
     return describe(cfg, "train"), 2 * sum(counts)
 
 
-def iter_training_sentences(config) -> Iterator[str]:
+def iter_training_sentences(config, selected=None) -> Iterator[str]:
     """Every source sentence of the training split, then every target sentence (for the
-    shared vocabulary). Not stripped; invalid UTF-8 per ``data.invalid_utf8``."""
+    shared vocabulary), or only those at the sorted indices ``selected`` of that sequence.
+    Not stripped; invalid UTF-8 per ``data.invalid_utf8``. For TFDS the selection runs in
+    the graph: only the sampled sentences reach Python."""
     cfg = data_section(config)
     if cfg.source == "tfds":
+        import tensorflow as tf
         import tensorflow_datasets as tfds
 
         builder = tfds_builder(cfg)
         name = _tfds_split_checked(builder, cfg, "train")
-        for lang in (cfg.source_lang, cfg.target_lang):
-            ds = builder.as_dataset(split=name, shuffle_files=False).map(lambda ex, key=lang: ex[key])
-            for i, raw in enumerate(tfds.as_numpy(ds)):
-                yield _decode(raw, cfg.invalid_utf8, f"tfds:{cfg.tfds_name}[{name}] example {i} ({lang})")
+        sides = [builder.as_dataset(split=name, shuffle_files=False).map(lambda ex, key=lang: ex[key])
+                 for lang in (cfg.source_lang, cfg.target_lang)]
+        ds = sides[0].concatenate(sides[1]).enumerate()
+        if selected is not None:
+            total = 2 * int(builder.info.splits[name].num_examples)
+            mask = np.zeros(total, bool)
+            mask[np.asarray(selected, np.int64)] = True
+            mask_t = tf.constant(mask)
+            ds = ds.filter(lambda i, text: tf.gather(mask_t, i))
+        for i, raw in tfds.as_numpy(ds.prefetch(tf.data.AUTOTUNE)):
+            yield _decode(raw, cfg.invalid_utf8, f"tfds:{cfg.tfds_name}[{name}] sentence {i}")
         return
     files, _, _ = check_split_files(cfg, "train")
+    chosen = iter(selected) if selected is not None else None
+    want = next(chosen, None) if chosen is not None else None
+    i = 0
     for side in (0, 1):
         for pair in files:
-            yield from _iter_lines(pair[side], cfg.invalid_utf8)
+            for text in _iter_lines(pair[side], cfg.invalid_utf8):
+                if chosen is None or i == want:
+                    yield text
+                    if chosen is not None:
+                        want = next(chosen, None)
+                        if want is None:
+                            return
+                i += 1
 
 
 __all__ = [

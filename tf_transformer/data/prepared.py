@@ -221,8 +221,12 @@ def text_files(cfg, split: str) -> tuple[Path, Path]:
 
 
 def _available_splits(cfg) -> list[str]:
-    if cfg.source in ("tfds", "multi30k"):
+    if cfg.source == "multi30k":
         return list(sources.SPLITS)
+    if cfg.source == "tfds":  # the configured splits the dataset has
+        known = set(sources.tfds_builder(cfg).info.splits.keys())
+        names = {"train": cfg.tfds_train_split, "valid": cfg.tfds_valid_split, "test": cfg.tfds_test_split}
+        return [s for s in sources.SPLITS if s == "train" or names[s].split("[")[0] in known]
     return [s for s in sources.SPLITS if getattr(cfg, f"{s}_source") and getattr(cfg, f"{s}_target")]
 
 

@@ -107,3 +107,26 @@ def test_tfds_clear_errors(data_dir, tmp_path):
     with pytest.raises(DataError, match="data.tfds_name='no_such_dataset_xyz'"):
         read_parallel_text(DataConfig(source="tfds", tfds_name="no_such_dataset_xyz",
                                       tfds_data_dir=str(tmp_path)), "train")
+
+
+def test_tfds_vocabulary_sample_is_selected_in_the_graph(data_dir, tmp_path):
+    from tf_transformer.data import prepare, sources
+
+    cfg = tfds_config(data_dir)
+    every = list(sources.iter_training_sentences(cfg))
+    assert len(every) == 2 * TRAIN and sorted(every[:TRAIN]) == sorted(EN[:TRAIN])
+    picked = [0, 3, 7, 11]
+    assert list(sources.iter_training_sentences(cfg, picked)) == [every[i] for i in picked]
+    # a TFDS corpus prepares like text: the same ids, from the shards
+    out = tmp_path / "prepared"
+    tok = Tokenizer(build_vocab(cfg, tmp_path / "spm", progress=lambda m: None)["model"])
+    prepare(cfg, out, tok, shards=2, log=lambda m: None)
+    pcfg = DataConfig(source="prepared", prepared_dir=str(out), max_length=cfg.max_length)
+
+    def ids(c):
+        out = Counter()
+        for (src, _), tgt in make_dataset(c, "train", tok, repeat=False, verbose=False).as_numpy_iterator():
+            out.update((tuple(s[s != 0]), tuple(t[t != 0])) for s, t in zip(src, tgt))
+        return out
+
+    assert ids(pcfg) == ids(cfg) and sum(ids(cfg).values()) == TRAIN - 1  # the empty pair is dropped

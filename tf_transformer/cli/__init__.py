@@ -22,6 +22,7 @@ import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "build-vocab": ("tf_transformer.cli.data", "train the shared SentencePiece vocabulary"),
+    "prepare": ("tf_transformer.cli.prepare", "tokenize and shard a corpus into TFRecord files for training"),
     "train": ("tf_transformer.cli.train", "train a model with model.fit (the paper's recipe)"),
     "average": ("tf_transformer.cli.train", "average the last N checkpoints into one model"),
     "translate": ("tf_transformer.cli.decode", "translate a file or stdin with beam search"),

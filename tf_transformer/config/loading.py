@@ -109,7 +109,20 @@ def _coerce(where: str, value: Any, annotation: Any) -> Any:
         args = [a for a in get_args(annotation) if a is not type(None)]
         if value is None:
             return None
-        return _coerce(where, value, args[0])
+        if len(args) == 1:
+            return _coerce(where, value, args[0])
+        for arg in args:  # e.g. Union[str, list[str]]: the first that accepts the value
+            try:
+                return _coerce(where, value, arg)
+            except ConfigError:
+                continue
+        names = " or ".join(getattr(a, "__name__", str(a)) for a in args)
+        raise ConfigError(f"{where}={value!r} must be {names}")
+    if origin is list:
+        item = (get_args(annotation) or (Any,))[0]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}={value!r} must be a list")
+        return [v if item is Any else _coerce(f"{where}[{i}]", v, item) for i, v in enumerate(value)]
     if value is None:
         raise ConfigError(f"{where}=null is not allowed (expected {annotation.__name__})")
     if annotation is bool:

@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
 from tf_transformer.errors import ConfigError
 
 #: ``train.strategy`` values (``tft train --strategy``).
 STRATEGIES = ("auto", "default", "mirrored", "multiworker")
+#: ``data.source`` values.
+DATA_SOURCES = ("multi30k", "text", "tfds", "prepared")
+#: ``data.service_mode`` values (``tf.data.experimental.service`` processing modes).
+SERVICE_MODES = ("distributed_epoch", "parallel_epochs")
+
+#: A file field of the data section: one path, a glob (``corpus/*.en.gz``) or a list of them.
+Paths = Union[str, list[str], None]
 
 
 # ---------------------------------------------------------------------------------------
@@ -104,14 +111,17 @@ class DataConfig:
     source: str = "multi30k"
     source_lang: str = "en"
     target_lang: str = "de"
-    # plain text files (source == "text"); for multi30k each unset one defaults to
-    # <multi30k_dir>/{train,val,test2016}.<lang>.gz
-    train_source: Optional[str] = None
-    train_target: Optional[str] = None
-    valid_source: Optional[str] = None
-    valid_target: Optional[str] = None
-    test_source: Optional[str] = None
-    test_target: Optional[str] = None
+    # plain text files (source == "text"): a path, a glob or a list of paths/globs each;
+    # source and target files are paired one to one (each glob in sorted order);
+    # for multi30k each unset one defaults to <multi30k_dir>/{train,val,test2016}.<lang>.gz
+    train_source: Paths = None
+    train_target: Paths = None
+    valid_source: Paths = None
+    valid_target: Paths = None
+    test_source: Paths = None
+    test_target: Paths = None
+    # prepared TFRecord shards (source == "prepared"): the folder `prepare` wrote
+    prepared_dir: Optional[str] = None
     multi30k_dir: Optional[str] = None  # default: the bundled copy (data/multi30k, shipped in the package)
     # TFDS (source == "tfds")
     tfds_name: Optional[str] = None
@@ -136,11 +146,38 @@ class DataConfig:
     invalid_utf8: str = "error"  # or "replace" (loud: counted and reported)
     stats_pass: bool = True  # one in-graph pass before training counts dropped pairs by reason
     cache: bool = False  # keep the tokenized split in memory after the first epoch (small corpora)
+    # statistics and file scans are cached on disk, keyed by the files and the settings
+    stats_cache: bool = True
+    stats_cache_dir: Optional[str] = None  # None: $TFT_CACHE_DIR, else ~/.cache/tf-transformer
+    # parallel input pipelines (each reads, tokenizes, shuffles and buckets its share of
+    # the files); 0 = one per CPU core, at most 16. The batch order depends on it.
+    parallel_pipelines: int = 0
+    # tf.data service (tf.data.experimental.service): dispatcher address, e.g.
+    # "grpc://dispatcher:5050"; None = build batches in this process
+    service: Optional[str] = None
+    service_mode: str = "distributed_epoch"  # or "parallel_epochs"
+    service_job: Optional[str] = None  # shared job name: consumers of one job share its batches
 
     def validate(self) -> None:
         p = "data."
-        if self.source not in ("multi30k", "text", "tfds"):
-            raise ConfigError(f"{p}source={self.source!r} is not one of 'multi30k', 'text', 'tfds'")
+        if self.source not in DATA_SOURCES:
+            raise ConfigError(f"{p}source={self.source!r} is not one of {', '.join(map(repr, DATA_SOURCES))}")
+        if self.source == "prepared" and not self.prepared_dir:
+            raise ConfigError(f"{p}source='prepared' needs {p}prepared_dir (a folder written by prepare)")
+        for split in ("train", "valid", "test"):
+            for side in ("source", "target"):
+                name = f"{split}_{side}"
+                value = getattr(self, name)
+                if isinstance(value, list) and (not value or not all(isinstance(v, str) and v for v in value)):
+                    raise ConfigError(f"{p}{name}={value!r} must be a path, a glob or a non-empty list of them")
+        if self.parallel_pipelines < 0:
+            raise ConfigError(f"{p}parallel_pipelines={self.parallel_pipelines} must be >= 0 (0 = one per core)")
+        if self.service_mode not in SERVICE_MODES:
+            raise ConfigError(f"{p}service_mode={self.service_mode!r} is not one of "
+                              f"{', '.join(map(repr, SERVICE_MODES))}")
+        if self.service is not None and "://" not in self.service:
+            raise ConfigError(f"{p}service={self.service!r} must be a dispatcher address such as "
+                              "'grpc://host:5050'")
         if self.source == "text" and not (self.train_source and self.train_target):
             raise ConfigError(
                 f"{p}source='text' needs {p}train_source and {p}train_target (parallel files)"

@@ -9,8 +9,11 @@ in-graph tokenization, token-budget batches, and the text / Multi30k / TFDS sour
     # ((source_ids [B,S], target_input_ids [B,T]), target_output_ids [B,T]), int32, 0 = pad
     sources, targets = read_parallel_text(cfg.data, "test")
 
-Ids: pad 0, unk 1, bos 2, eos 3 (see ``tokenizer``). Names are imported on first use, so
-``import tf_transformer.data`` (and ``tft build-vocab``) does not load TensorFlow.
+Sharded corpora: each ``data.<split>_source``/``_target`` is a path, a glob or a list;
+``prepare`` (``tft prepare``) writes tokenized, shuffled TFRecord shards that
+``data.source: prepared`` streams. Ids: pad 0, unk 1, bos 2, eos 3 (see ``tokenizer``).
+Names are imported on first use, so ``import tf_transformer.data`` (and ``tft build-vocab``)
+does not load TensorFlow.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ _EXPORTS = {
     "DataStats": "batching",
     "read_parallel_text": "sources",
     "split_files": "sources",
+    "split_file_pairs": "sources",
+    "prepare": "prepared",
 }
 
 __all__ = [
@@ -44,8 +49,10 @@ __all__ = [
     "build_vocab",
     "dataset_statistics",
     "make_dataset",
+    "prepare",
     "read_parallel_text",
     "resolve_vocabulary",
+    "split_file_pairs",
     "split_files",
 ]
 

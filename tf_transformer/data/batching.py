@@ -42,20 +42,40 @@ batches for Multi30k's 1,014 validation pairs at 4,096 tokens).
 
 Before building the pipeline, ``make_dataset`` runs one counting pass over the split
 (``data.stats_pass``, also :func:`dataset_statistics`) and prints a one-line summary
-of pairs read, kept and dropped by reason to stderr.
+of pairs read, kept and dropped by reason to stderr. The pass runs once per corpus: its
+result is cached on disk (keyed by the files, the vocabulary and ``max_length``), and a
+prepared corpus answers from its manifest.
+
+Scaling with cores: training runs ``data.parallel_pipelines`` copies of steps 1-7 side by
+side (default one per core), pipeline ``j`` on its share of the split (whole files when
+there are enough, else every ``k``-th pair) with its own seed ``seed + 7919 * j``; their
+batches are taken in turn (``choose_from_datasets``, deterministic) and each pipeline runs
+ahead in its own thread, so the serial stages (unbatch, shuffle, bucketing) run ``k`` at a
+time. Under several workers the split is first divided among them (by file, when the split
+has at least as many file pairs or TFDS shards as workers), then among the pipelines.
+The order of the batches is a function of ``(seed, pipelines, workers)``; one pipeline's
+order is built by :func:`_pipeline`, which is where a per-epoch order and a skip of the
+first batches of an interrupted epoch attach (per pipeline, since the interleave is a
+fixed round robin: skipping ``n`` batches overall skips ``n // k`` or ``n // k + 1`` in
+each pipeline).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import sys
+import os
 from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
 
 from tf_transformer.config import ConfigError
-from tf_transformer.data import sources
+from tf_transformer.data import prepared, sources
+from tf_transformer.data.cache import Progress, cache_dir, disk_cache_get, disk_cache_put, file_identity
 from tf_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from tf_transformer.errors import DataError
+from tf_transformer.io import say
 
 _TOKENIZE_BATCH = 512
 _STATS_BATCH = 2048
@@ -157,10 +177,26 @@ class DataStats:
 _STATS_CACHE: dict = {}
 
 
-def _shard(ds, input_context):
+def resolve_pipelines(data_config) -> int:
+    """``data.parallel_pipelines``, 0 resolved to one per CPU core (at most 16)."""
+    cfg = sources.data_section(data_config)
+    return cfg.parallel_pipelines or max(1, min(16, os.cpu_count() or 1))
+
+
+def _worker_shard(input_context) -> tuple[int, int]:
     if input_context is not None and input_context.num_input_pipelines > 1:
-        return ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-    return ds
+        return input_context.input_pipeline_id, input_context.num_input_pipelines
+    return 0, 1
+
+
+def _with_bos_eos(s, y):
+    """``(source ids, BOS + y + EOS)`` of ragged id batches."""
+    import tensorflow as tf
+
+    n = y.nrows(out_type=tf.int64)
+    bos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], tf.constant(BOS_ID, tf.int32)))
+    eos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], tf.constant(EOS_ID, tf.int32)))
+    return s, tf.concat([bos, y, eos], axis=1)
 
 
 def _tokenize_pairs(tokenizer, replace_invalid: bool):
@@ -171,14 +207,35 @@ def _tokenize_pairs(tokenizer, replace_invalid: bool):
         if replace_invalid:
             src = tf.strings.unicode_transcode(src, "UTF-8", "UTF-8", errors="replace")
             tgt = tf.strings.unicode_transcode(tgt, "UTF-8", "UTF-8", errors="replace")
-        s = tokenizer.tokenize(src)
-        y = tokenizer.tokenize(tgt)
-        n = tf.shape(src, out_type=tf.int64)[0]
-        bos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], tf.constant(BOS_ID, tf.int32)))
-        eos = tf.RaggedTensor.from_tensor(tf.fill([n, 1], tf.constant(EOS_ID, tf.int32)))
-        return s, tf.concat([bos, y, eos], axis=1)
+        return _with_bos_eos(tokenizer.tokenize(src), tokenizer.tokenize(tgt))
 
     return fn
+
+
+def token_batches(cfg, split: str, tokenizer, shuffle_files: bool = False, seed: int = 0, shards=()):
+    """Batches of ``(source ids, BOS + y + EOS)`` (ragged int32) of a split's share: the
+    source's pairs tokenized in the graph, or a prepared split's records. ``shards`` are
+    ``(index, count)`` levels (worker, then pipeline): whole files where there are enough
+    of them, else every ``count``-th pair."""
+    import tensorflow as tf
+
+    if cfg.source == "prepared":
+        return prepared.token_dataset(cfg, split, shuffle_files, seed, shards).map(
+            _with_bos_eos, num_parallel_calls=tf.data.AUTOTUNE)
+    part, parts = 0, 1
+    line_shards = []
+    for index, count in shards:  # combine the levels that can go by file
+        if count <= 1:
+            continue
+        if not line_shards and sources.num_parts(cfg, split) >= parts * count:
+            part, parts = part + parts * index, parts * count
+        else:
+            line_shards.append((index, count))
+    pairs, _, _ = sources.pair_dataset(cfg, split, shuffle_files=shuffle_files, seed=seed, part=part, parts=parts)
+    for index, count in line_shards:
+        pairs = pairs.shard(count, index)
+    tokenize = _tokenize_pairs(tokenizer, replace_invalid=cfg.invalid_utf8 == "replace")
+    return pairs.batch(_TOKENIZE_BATCH).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def _keep_mask(src_len, tgt_full_len, max_length):
@@ -190,38 +247,56 @@ def _keep_mask(src_len, tgt_full_len, max_length):
     return nonempty, tf.logical_and(nonempty, fits)
 
 
-def _stats_key(cfg, split, tokenizer, input_context):
-    fields = dataclasses.asdict(cfg)
-    relevant = {k: fields[k] for k in fields if not k.startswith(("shuffle", "seed", "tokens_per", "bucket"))}
-    files = []
-    if cfg.source != "tfds":
-        for p in sources.split_files(cfg, split):
-            st = p.stat()
-            files.append((str(p.resolve()), st.st_size, st.st_mtime_ns))
-    shard = None
-    if input_context is not None:
-        shard = (input_context.input_pipeline_id, input_context.num_input_pipelines)
-    digest = hashlib.sha256(tokenizer.model_proto).hexdigest()
-    return repr((sorted(relevant.items()), split, files, digest, shard))
+def _stats_key(cfg, split, tokenizer) -> dict:
+    """What a split's statistics depend on: its files (path, size, mtime) or TFDS split, the
+    vocabulary, and the settings that change what is kept."""
+    key = {"split": split, "source": cfg.source, "max_length": cfg.max_length, "invalid_utf8": cfg.invalid_utf8,
+           "vocabulary": hashlib.sha256(tokenizer.model_proto).hexdigest()}
+    if cfg.source == "tfds":
+        key.update(tfds=[cfg.tfds_name, cfg.tfds_data_dir, sources.describe(cfg, split),
+                         str(sources.tfds_builder(cfg).data_dir)])
+    elif cfg.source == "prepared":
+        key.update(prepared=file_identity(Path(cfg.prepared_dir).expanduser() / prepared.MANIFEST))
+    else:
+        key.update(files=[[file_identity(a), file_identity(b)] for a, b in sources.split_file_pairs(cfg, split)],
+                   langs=[cfg.source_lang, cfg.target_lang])
+    return key
 
 
-def dataset_statistics(data_config, split: str, tokenizer, input_context=None) -> DataStats:
+def dataset_statistics(data_config, split: str, tokenizer, input_context=None, log=None) -> DataStats:
     """Count pairs read, kept, dropped (empty / over-long) and lines with invalid UTF-8.
 
-    One pass over the split in the graph (tokenizing in batches; it grows with the corpus:
-    set ``data.stats_pass: false`` to skip it on large corpora). Results
-    are cached for the process. With ``data.invalid_utf8: error`` a TFDS example with
-    invalid UTF-8 raises :class:`DataError` (text files are checked before, with line
-    numbers).
+    One pass over the whole split in the graph (tokenizing in batches, on all cores), with a
+    progress line every few seconds; a prepared split answers from its manifest without a
+    pass. Results are cached for the process and on disk (``data.stats_cache_dir``, see
+    :mod:`~tf_transformer.data.cache`), keyed by the files (path, size, modification time),
+    the vocabulary, ``max_length`` and ``invalid_utf8``: a second run, a resumed run or
+    another worker over the same corpus reads them back at once. With
+    ``data.invalid_utf8: error`` a TFDS example with invalid UTF-8 raises
+    :class:`DataError` (text files are checked before, with line numbers). ``input_context``
+    is accepted for compatibility: the statistics are those of the whole split.
     """
     import tensorflow as tf
 
+    del input_context
+    log = log or say
     cfg = sources.data_section(data_config)
-    key = _stats_key(cfg, split, tokenizer, input_context)
-    if key in _STATS_CACHE:
-        return dataclasses.replace(_STATS_CACHE[key])
-    pairs_ds, _, _ = sources.pair_dataset(cfg, split)
-    pairs_ds = _shard(pairs_ds, input_context)
+    origin = sources.describe(cfg, split)
+    if cfg.source == "prepared":
+        prepared.check_vocabulary(cfg, tokenizer)
+        counts = prepared.split_statistics(cfg, split, cfg.max_length)
+        return DataStats(split=split, origin=origin, max_length=cfg.max_length, **counts)
+    key = _stats_key(cfg, split, tokenizer)
+    memo = repr(sorted(key.items()))
+    if memo in _STATS_CACHE:
+        return dataclasses.replace(_STATS_CACHE[memo])
+    folder = cache_dir(cfg)
+    stored = disk_cache_get(folder, "stats", key)
+    if stored is not None:
+        stats = DataStats(**stored)
+        _STATS_CACHE[memo] = stats
+        return dataclasses.replace(stats)
+    pairs_ds, n_pairs, _ = sources.pair_dataset(cfg, split)
     tokenize = _tokenize_pairs(tokenizer, replace_invalid=cfg.invalid_utf8 == "replace")
     max_length = cfg.max_length
 
@@ -252,36 +327,26 @@ def dataset_statistics(data_config, split: str, tokenizer, input_context=None) -
         ])
         return sums, maxes
 
-    ds = pairs_ds.batch(_STATS_BATCH).map(count, num_parallel_calls=tf.data.AUTOTUNE)
-    init = (tf.zeros([7], tf.int64), tf.zeros([2], tf.int64))
-    sums, maxes = ds.reduce(init, lambda acc, x: (acc[0] + x[0], tf.maximum(acc[1], x[1])))
-    sums = [int(v) for v in sums.numpy()]
-    maxes = [int(v) for v in maxes.numpy()]
-    n, invalid, empty, too_long, kept, s_tok, t_tok = sums
+    ds = pairs_ds.batch(_STATS_BATCH).map(count, num_parallel_calls=tf.data.AUTOTUNE).prefetch(4)
+    sums, maxes = np.zeros(7, np.int64), np.zeros(2, np.int64)
+    progress = Progress(f"data {split}: counting pairs and tokens of {origin} (once; cached)", n_pairs, "pairs", log)
+    for part_sums, part_maxes in ds.as_numpy_iterator():
+        sums += part_sums
+        maxes = np.maximum(maxes, part_maxes)
+        progress.update(int(sums[0]))
+    progress.done()
+    n, invalid, empty, too_long, kept, s_tok, t_tok = (int(v) for v in sums)
     if invalid and cfg.invalid_utf8 == "error":  # only TFDS gets here: files were scanned
         raise DataError(
-            f"{sources.describe(cfg, split)}: {invalid:,} texts are not valid UTF-8; "
+            f"{origin}: {invalid:,} texts are not valid UTF-8; "
             "set data.invalid_utf8=replace to replace bad bytes with U+FFFD"
         )
-    shard = None
-    if input_context is not None and input_context.num_input_pipelines > 1:
-        shard = f"{input_context.input_pipeline_id}/{input_context.num_input_pipelines}"
     stats = DataStats(
-        split=split,
-        origin=sources.describe(cfg, split),
-        pairs=n,
-        kept=kept,
-        dropped_empty=empty,
-        dropped_too_long=too_long,
-        invalid_utf8_replaced=invalid,
-        source_tokens=s_tok,
-        target_tokens=t_tok,
-        max_source_length=maxes[0],
-        max_target_length=maxes[1],
-        max_length=max_length,
-        shard=shard,
-    )
-    _STATS_CACHE[key] = stats
+        split=split, origin=origin, pairs=n, kept=kept, dropped_empty=empty, dropped_too_long=too_long,
+        invalid_utf8_replaced=invalid, source_tokens=s_tok, target_tokens=t_tok,
+        max_source_length=int(maxes[0]), max_target_length=int(maxes[1]), max_length=max_length)
+    _STATS_CACHE[memo] = stats
+    disk_cache_put(folder, "stats", key, stats.as_dict())
     return dataclasses.replace(stats)
 
 
@@ -306,20 +371,24 @@ def make_dataset(
         data_config: ``cfg.data`` (a ``DataConfig``) or the whole ``Config``.
         split: ``"train"``, ``"valid"`` or ``"test"``.
         tokenizer: a :class:`~tf_transformer.data.Tokenizer`.
-        training: shuffle (with ``seed``) and, unless ``repeat=False``, repeat forever.
-            ``False``: one pass in file order.
+        training: shuffle (with ``seed``) and, unless ``repeat=False``, repeat forever;
+            ``data.parallel_pipelines`` pipelines build batches side by side.
+            ``False``: one pass in file order, one pipeline.
         input_context: a ``tf.distribute.InputContext`` (from
             ``strategy.distribute_datasets_from_function``): read shard
-            ``input_pipeline_id`` of ``num_input_pipelines`` and batch to the
-            per-replica budget ``tokens_per_batch // num_replicas_in_sync``.
-        seed: shuffle seed; ``None`` = ``data.seed``. The same seed gives the same batches.
+            ``input_pipeline_id`` of ``num_input_pipelines`` (whole files when the split
+            has enough of them) and batch to the per-replica budget
+            ``tokens_per_batch // num_replicas_in_sync``.
+        seed: shuffle seed; ``None`` = ``data.seed``. The same seed (and the same number of
+            pipelines) gives the same batches.
         repeat: repeat forever; ``None`` = ``training``.
         verbose: print the one-line reading summary to stderr.
 
     Returns:
         a ``tf.data.Dataset`` of int32 tensors, shapes ``[B, S]``, ``[B, T]``, ``[B, T]``;
         each side of a batch has at most ``budget`` slots (``B * S <= budget``,
-        ``B * T <= budget``).
+        ``B * T <= budget``). With ``data.service`` set, the batches are produced by the
+        tf.data service's workers (see :func:`distribute_with_service`).
     """
     import tensorflow as tf
 
@@ -329,6 +398,53 @@ def make_dataset(
     seed = cfg.seed if seed is None else int(seed)
     repeat = training if repeat is None else repeat
     budget = per_replica_budget(cfg, input_context)
+    stats = _reading_summary(cfg, split, tokenizer)
+    if verbose:
+        say(stats.summary())
+    worker = _worker_shard(input_context)
+    pipelines = resolve_pipelines(cfg) if training else 1
+    streams = [
+        _pipeline(cfg, split, tokenizer, budget, training, repeat, seed, shards=(worker, (j, pipelines)),
+                  shuffle_buffer=max(1, cfg.shuffle_buffer // pipelines), pipeline=j)
+        for j in range(pipelines)
+    ]
+    if pipelines == 1:
+        ds = streams[0]
+    else:  # round-robin over the pipelines, each running ahead in its own thread
+        order = tf.data.Dataset.range(pipelines).repeat()
+        ds = tf.data.Dataset.choose_from_datasets([s.prefetch(2) for s in streams], order,
+                                                  stop_on_empty_dataset=False)
+    ds = ds.prefetch(tf.data.AUTOTUNE)
+    options = tf.data.Options()
+    options.deterministic = True
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.OFF
+        if input_context is not None
+        else tf.data.experimental.AutoShardPolicy.DATA
+    )
+    ds = ds.with_options(options)
+    if cfg.service:
+        ds = distribute_with_service(ds, cfg, split)
+    return ds
+
+
+def _reading_summary(cfg, split, tokenizer) -> DataStats:
+    if cfg.stats_pass or cfg.source == "prepared":
+        return dataset_statistics(cfg, split, tokenizer)
+    if cfg.source == "tfds":
+        n_pairs, replaced = sources.tfds_num_examples(cfg, split), 0
+    else:
+        _, counts, replaced = sources.check_split_files(cfg, split)
+        n_pairs = sum(counts)
+    return DataStats(split, sources.describe(cfg, split), n_pairs, invalid_utf8_replaced=replaced or 0,
+                     max_length=cfg.max_length)
+
+
+def _pipeline(cfg, split, tokenizer, budget, training, repeat, seed, shards, shuffle_buffer, pipeline):
+    """One pipeline's batches: read and tokenize its share, filter, (cache,) shuffle, repeat,
+    bucket, pad. ``seed`` and ``pipeline`` fix its order."""
+    import tensorflow as tf
+
     if training:
         bounds = bucket_bounds(cfg.max_length, cfg.bucket_width)
         rows = bucket_rows(bounds, budget)
@@ -336,24 +452,13 @@ def make_dataset(
         bounds = eval_bucket_bounds(cfg.max_length)
         rows = [[max(1, budget // b) for b in bounds]]
     nb = len(bounds)
-
-    pairs, n_pairs, replaced = sources.pair_dataset(cfg, split, shuffle_files=training, seed=seed)
-    if cfg.stats_pass:
-        stats = dataset_statistics(cfg, split, tokenizer, input_context)
-    else:
-        stats = DataStats(split, sources.describe(cfg, split), n_pairs,
-                          invalid_utf8_replaced=replaced or 0, max_length=cfg.max_length)
-    if verbose:
-        print(stats.summary(), file=sys.stderr, flush=True)
-
-    pairs = _shard(pairs, input_context)
-    tokenize = _tokenize_pairs(tokenizer, replace_invalid=cfg.invalid_utf8 == "replace")
+    own_seed = seed + 7919 * pipeline  # pipeline 0 (the only one when there is one) uses the seed itself
+    ds = token_batches(cfg, split, tokenizer, shuffle_files=training, seed=own_seed, shards=shards)
     bounds_t = tf.constant(bounds, tf.int64)
     rows_t = tf.constant(rows, tf.int64)
     max_length = cfg.max_length
 
-    def tokenize_and_filter(src, tgt):
-        s, t = tokenize(src, tgt)
+    def filter_and_key(s, t):
         s_len = tf.cast(s.row_lengths(), tf.int64)
         t_len = tf.cast(t.row_lengths(), tf.int64) - 1  # length of BOS+y and of y+EOS
         _, keep = _keep_mask(s_len, t_len + 1, max_length)
@@ -368,13 +473,12 @@ def make_dataset(
         # evaluation: few 1-D buckets by the longer side, so few partial batches
         return s, t, tf.searchsorted(bounds_t, tf.maximum(s_len, t_len), side="left", out_type=tf.int64)
 
-    ds = pairs.batch(_TOKENIZE_BATCH)
-    ds = ds.map(tokenize_and_filter, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.map(filter_and_key, num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.unbatch()
     if cfg.cache:
         ds = ds.cache()  # tokenized pairs, kept in memory after the first pass
     if training:
-        ds = ds.shuffle(cfg.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        ds = ds.shuffle(shuffle_buffer, seed=own_seed, reshuffle_each_iteration=True)
     if repeat:
         ds = ds.repeat()
 
@@ -394,16 +498,27 @@ def make_dataset(
         tgt_in = tf.where(tgt_in == EOS_ID, tf.zeros_like(tgt_in), tgt_in)  # EOS of shorter rows
         return (src, tgt_in), tgt_full[:, 1:]
 
-    ds = ds.map(split_target, num_parallel_calls=tf.data.AUTOTUNE)
-    ds = ds.prefetch(tf.data.AUTOTUNE)
-    options = tf.data.Options()
-    options.deterministic = True
-    options.experimental_distribute.auto_shard_policy = (
-        tf.data.experimental.AutoShardPolicy.OFF
-        if input_context is not None
-        else tf.data.experimental.AutoShardPolicy.DATA
-    )
-    return ds.with_options(options)
+    return ds.map(split_target, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def distribute_with_service(ds, data_config, split: str):
+    """``ds`` produced by the tf.data service at ``data.service`` (a dispatcher address).
+
+    ``data.service_mode``: ``distributed_epoch`` (the default) splits the files among the
+    service's workers, so each pair is read by one of them once per epoch;
+    ``parallel_epochs`` has every worker produce the whole dataset (use it with one worker,
+    or with sources that cannot be split). ``data.service_job`` names a shared job:
+    consumers that give the same name (the replicas of a multi-host run) share one stream
+    of batches instead of each getting its own.
+    """
+    import tensorflow as tf
+
+    cfg = sources.data_section(data_config)
+    mode = (tf.data.experimental.service.ShardingPolicy.DYNAMIC if cfg.service_mode == "distributed_epoch"
+            else tf.data.experimental.service.ShardingPolicy.OFF)
+    return ds.apply(tf.data.experimental.service.distribute(
+        processing_mode=mode, service=cfg.service,
+        job_name=f"{cfg.service_job}-{split}" if cfg.service_job else None))
 
 
 def batch_statistics(batches) -> dict:

@@ -34,12 +34,16 @@ Checks before any training step (bad input fails early and names what is wrong):
 
 from __future__ import annotations
 
+import glob
 import gzip
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from tf_transformer.data.cache import Progress, cache_dir, disk_cache_get, disk_cache_put
 from tf_transformer.errors import DataError
 
 SPLITS = ("train", "valid", "test")
@@ -89,34 +93,73 @@ def multi30k_dir(config) -> Path:
     return path
 
 
-def split_files(config, split: str) -> tuple[Path, Path]:
-    """(source file, target file) of a split for the ``text`` and ``multi30k`` sources."""
+def _expand(field: str, value, split: str) -> list[Path]:
+    """The files a ``data.<split>_<side>`` value names: a path, a glob (sorted matches) or a
+    list of them (in the list's order)."""
+    entries = value if isinstance(value, (list, tuple)) else [value]
+    files: list[Path] = []
+    for entry in entries:
+        text = str(Path(str(entry)).expanduser())
+        if any(c in text for c in "*?["):
+            matches = sorted(Path(m) for m in glob.glob(text, recursive=True) if Path(m).is_file())
+            if not matches:
+                raise DataError(f"{entry!r} (data.{field}, {split} split) matches no file")
+            files.extend(matches)
+        else:
+            path = Path(text)
+            if not path.is_file():
+                raise DataError(f"{path} (data.{field}, {split} split) does not exist or is not a file")
+            files.append(path)
+    return files
+
+
+def split_file_pairs(config, split: str) -> list[tuple[Path, Path]]:
+    """(source file, target file) pairs of a split for the ``text`` and ``multi30k`` sources.
+
+    Each of ``data.<split>_source`` / ``_target`` is a path, a glob or a list of them; the
+    i-th source file pairs with the i-th target file (globs in sorted order). Different file
+    counts raise :class:`DataError` naming both values and both counts.
+    """
     cfg = data_section(config)
     _check_split(split)
-    if cfg.source == "tfds":
-        raise DataError(f"data.source='tfds' has no files for split {split!r}")
+    if cfg.source in ("tfds", "prepared"):
+        raise DataError(f"data.source={cfg.source!r} has no text files for split {split!r}")
     fields = (f"{split}_source", f"{split}_target")
     given = [getattr(cfg, f) for f in fields]
     if cfg.source == "multi30k":
         folder = None
-        paths = []
-        for value, lang in zip(given, (cfg.source_lang, cfg.target_lang)):
+        sides = []
+        for field, value, lang in zip(fields, given, (cfg.source_lang, cfg.target_lang)):
             if value:
-                paths.append(Path(value).expanduser())
+                sides.append(_expand(field, value, split))
             else:
                 folder = folder or multi30k_dir(cfg)
-                paths.append(folder / f"{MULTI30K_FILES[split]}.{lang}.gz")
+                path = folder / f"{MULTI30K_FILES[split]}.{lang}.gz"
+                if not path.is_file():
+                    raise DataError(f"{path} (data.{field}, {split} split) does not exist or is not a file")
+                sides.append([path])
     else:
         missing = [f"data.{f}" for f, v in zip(fields, given) if not v]
         if missing:
             raise DataError(
                 f"data.source='text' needs {' and '.join(missing)} for the {split!r} split"
             )
-        paths = [Path(v).expanduser() for v in given]
-    for field, path in zip(fields, paths):
-        if not path.is_file():
-            raise DataError(f"{path} (data.{field}, {split} split) does not exist or is not a file")
-    return paths[0], paths[1]
+        sides = [_expand(f, v, split) for f, v in zip(fields, given)]
+    if len(sides[0]) != len(sides[1]):
+        raise DataError(
+            f"data.{fields[0]}={given[0]!r} names {len(sides[0])} file(s) but data.{fields[1]}={given[1]!r} "
+            f"names {len(sides[1])}; source and target files are paired one to one (globs in sorted order)"
+        )
+    return list(zip(sides[0], sides[1]))
+
+
+def split_files(config, split: str) -> tuple[Path, Path]:
+    """(source file, target file) of a split made of one file per side (see
+    :func:`split_file_pairs` for sharded splits)."""
+    pairs = split_file_pairs(config, split)
+    if len(pairs) != 1:
+        raise DataError(f"the {split!r} split has {len(pairs)} file pairs, not one")
+    return pairs[0]
 
 
 def _open_binary(path: Path):
@@ -135,12 +178,14 @@ class FileScan:
 _SCAN_CACHE: dict = {}
 
 
-def scan_text_file(path, invalid_utf8: str = "error") -> FileScan:
+def scan_text_file(path, invalid_utf8: str = "error", cache_dir=None) -> FileScan:
     """Count lines and check UTF-8, streaming in blocks. Lines are what
     ``tf.data.TextLineDataset`` yields (a last line without newline counts).
 
     ``invalid_utf8="error"`` raises :class:`DataError` naming file and line at the first
-    invalid line; ``"replace"`` counts the invalid lines.
+    invalid line; ``"replace"`` counts the invalid lines. Results are kept for the process
+    and, with ``cache_dir``, on disk (keyed by path, size and modification time); a scan
+    of a large file reports its progress every few seconds.
     """
     path = Path(path)
     try:
@@ -150,6 +195,12 @@ def scan_text_file(path, invalid_utf8: str = "error") -> FileScan:
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns, invalid_utf8)
     if key in _SCAN_CACHE:
         return _SCAN_CACHE[key]
+    stored = disk_cache_get(cache_dir, "scan", key)
+    if stored is not None:
+        result = FileScan(str(path), int(stored["lines"]), int(stored["invalid_lines"]))
+        _SCAN_CACHE[key] = result
+        return result
+    progress = Progress(f"data: checking {path} ({st.st_size / 1e6:,.0f} MB)", st.st_size, "bytes")
 
     lines = 0
     invalid = 0
@@ -189,23 +240,27 @@ def scan_text_file(path, invalid_utf8: str = "error") -> FileScan:
                 chunk, rest = block[: cut - 1], block[cut:]
                 invalid += check(chunk)
                 lines += chunk.count(b"\n") + 1
+                progress.update(f.fileobj.tell() if hasattr(f, "fileobj") else f.tell())
             if rest:
                 invalid += check(rest)
                 lines += 1
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise DataError(f"cannot read {path}: {e}") from None
+    progress.done()
     result = FileScan(str(path), lines, invalid)
     _SCAN_CACHE[key] = result
+    disk_cache_put(cache_dir, "scan", key, {"lines": lines, "invalid_lines": invalid})
     return result
 
 
-def check_parallel_files(source: Path, target: Path, invalid_utf8: str = "error") -> tuple[int, int]:
+def check_parallel_files(source: Path, target: Path, invalid_utf8: str = "error",
+                         cache_dir=None) -> tuple[int, int]:
     """Scan both files; returns (pairs, lines with invalid UTF-8 replaced).
 
     Raises :class:`DataError` when the line counts differ, naming both files and counts.
     """
-    a = scan_text_file(source, invalid_utf8)
-    b = scan_text_file(target, invalid_utf8)
+    a = scan_text_file(source, invalid_utf8, cache_dir)
+    b = scan_text_file(target, invalid_utf8, cache_dir)
     if a.lines != b.lines:
         raise DataError(
             f"parallel files differ in length: {source} has {a.lines:,} lines but {target} has "
@@ -214,13 +269,34 @@ def check_parallel_files(source: Path, target: Path, invalid_utf8: str = "error"
     return a.lines, a.invalid_lines + b.invalid_lines
 
 
+def check_split_files(config, split: str) -> tuple[list[tuple[Path, Path]], list[int], int]:
+    """The file pairs of a split, checked: ``(pairs of files, pairs per file pair, lines with
+    invalid UTF-8 replaced)``."""
+    cfg = data_section(config)
+    files = split_file_pairs(cfg, split)
+    counts, replaced = [], 0
+    where = cache_dir(cfg)
+    for source, target in files:
+        n, r = check_parallel_files(source, target, cfg.invalid_utf8, where)
+        counts.append(n)
+        replaced += r
+    return files, counts, replaced
+
+
 def describe(config, split: str) -> str:
     """Short name of a split's origin for messages, e.g. ``data/multi30k/train.{en,de}.gz``."""
     cfg = data_section(config)
     if cfg.source == "tfds":
         return f"tfds:{cfg.tfds_name}[{_tfds_split(cfg, split)}] ({cfg.source_lang}->{cfg.target_lang})"
-    src, tgt = split_files(cfg, split)
-    return _pair_name(src, tgt)
+    if cfg.source == "prepared":
+        return f"prepared:{cfg.prepared_dir}[{split}]"
+    files = split_file_pairs(cfg, split)
+    if len(files) == 1:
+        return _pair_name(*files[0])
+    given = (getattr(cfg, f"{split}_source"), getattr(cfg, f"{split}_target"))
+    if all(isinstance(v, str) for v in given):
+        return f"{_pair_name(Path(given[0]), Path(given[1]))} ({len(files)} file pairs)"
+    return f"{_pair_name(*files[0])} and {len(files) - 1} more file pair(s)"
 
 
 def _pair_name(src: Path, tgt: Path) -> str:
@@ -305,12 +381,39 @@ def tfds_num_examples(config, split: str) -> int:
 # ---------------------------------------------------------------------------------------
 
 
-def pair_dataset(config, split: str, shuffle_files: bool = False, seed: int = 0):
-    """``tf.data.Dataset`` of raw ``(source, target)`` ``tf.string`` scalars, file order.
+def num_parts(config, split: str) -> int:
+    """How many units a split can be divided into without reading all of it: file pairs
+    (text, Multi30k) or TFDS shards; 1 for a single file pair."""
+    cfg = data_section(config)
+    if cfg.source == "tfds":
+        builder = tfds_builder(cfg)
+        name = _tfds_split_checked(builder, cfg, split)
+        return max(1, int(builder.info.splits[name].num_shards))
+    return len(split_file_pairs(cfg, split))
 
-    Text files are checked first (:func:`check_parallel_files`). Returns
-    ``(dataset, pairs, replaced)`` where ``pairs`` is the number of pairs and
-    ``replaced`` the number of lines with invalid UTF-8 (text sources with "replace").
+
+def _text_lines(path):
+    """``TextLineDataset`` of a path tensor or string; gzip when the name ends in ``.gz``."""
+    import tensorflow as tf
+
+    path = tf.convert_to_tensor(path, tf.string)
+    kind = tf.where(tf.strings.regex_full_match(path, r".*\.gz"), "GZIP", "")
+    return tf.data.TextLineDataset(path, compression_type=kind)
+
+
+def pair_dataset(config, split: str, shuffle_files: bool = False, seed: int = 0, part: int = 0,
+                 parts: int = 1, interleave: int = 16):
+    """``tf.data.Dataset`` of raw ``(source, target)`` ``tf.string`` scalars.
+
+    Text files are checked first (:func:`check_split_files`). Several file pairs are read
+    ``interleave`` at a time, one line of each in turn (so sub-corpora mix), in file order
+    or, with ``shuffle_files``, in an order drawn from ``seed`` that changes every
+    repetition. ``part`` of ``parts`` selects a share: whole file pairs (TFDS shards) when
+    there are at least ``parts`` of them, else every ``parts``-th pair.
+
+    Returns ``(dataset, pairs, replaced)`` where ``pairs`` is the number of pairs of the whole
+    split and ``replaced`` the number of lines with invalid UTF-8 (text sources with
+    "replace"; ``None`` for TFDS).
     """
     import tensorflow as tf
 
@@ -320,22 +423,37 @@ def pair_dataset(config, split: str, shuffle_files: bool = False, seed: int = 0)
 
         builder = tfds_builder(cfg)
         name = _tfds_split_checked(builder, cfg, split)
+        by_file = parts > 1 and int(builder.info.splits[name].num_shards) >= parts
+        context = None
+        if by_file:
+            context = tf.distribute.InputContext(num_input_pipelines=parts, input_pipeline_id=part)
         ds = builder.as_dataset(
             split=name,
             shuffle_files=shuffle_files,
-            read_config=tfds.ReadConfig(shuffle_seed=seed, try_autocache=False),
+            read_config=tfds.ReadConfig(shuffle_seed=seed, try_autocache=False, input_context=context),
         )
+        if parts > 1 and not by_file:
+            ds = ds.shard(parts, part)
         src, tgt = cfg.source_lang, cfg.target_lang
         ds = ds.map(lambda ex: (ex[src], ex[tgt]), num_parallel_calls=tf.data.AUTOTUNE)
         return ds, int(builder.info.splits[name].num_examples), None
-    source, target = split_files(cfg, split)
-    pairs, replaced = check_parallel_files(source, target, cfg.invalid_utf8)
-
-    def lines(path: Path):
-        kind = "GZIP" if str(path).endswith(".gz") else ""
-        return tf.data.TextLineDataset(str(path), compression_type=kind)
-
-    return tf.data.Dataset.zip((lines(source), lines(target))), pairs, replaced
+    files, counts, replaced = check_split_files(cfg, split)
+    by_file = parts > 1 and len(files) >= parts
+    if by_file:
+        files = files[part::parts]
+    if len(files) == 1:
+        ds = tf.data.Dataset.zip((_text_lines(str(files[0][0])), _text_lines(str(files[0][1]))))
+    else:
+        names = tf.data.Dataset.from_tensor_slices(([str(a) for a, _ in files], [str(b) for _, b in files]))
+        if shuffle_files:
+            names = names.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+        ds = names.interleave(
+            lambda a, b: tf.data.Dataset.zip((_text_lines(a), _text_lines(b))),
+            cycle_length=min(len(files), interleave), block_length=1,
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if parts > 1 and not by_file:
+        ds = ds.shard(parts, part)
+    return ds, sum(counts), replaced
 
 
 def _decode(raw: bytes, mode: str, where) -> str:
@@ -378,10 +496,14 @@ def read_parallel_text(config, split: str) -> tuple[list[str], list[str]]:
             sources.append(_decode(ex[cfg.source_lang], cfg.invalid_utf8, where).strip())
             targets.append(_decode(ex[cfg.target_lang], cfg.invalid_utf8, where).strip())
         return sources, targets
-    source, target = split_files(cfg, split)
-    check_parallel_files(source, target, cfg.invalid_utf8)
-    sources = [s.strip() for s in _iter_lines(source, cfg.invalid_utf8)]
-    targets = [t.strip() for t in _iter_lines(target, cfg.invalid_utf8)]
+    if cfg.source == "prepared":
+        from tf_transformer.data.prepared import text_files
+
+        files = [text_files(cfg, split)]
+    else:
+        files, _, _ = check_split_files(cfg, split)
+    sources = [s.strip() for source, _ in files for s in _iter_lines(source, cfg.invalid_utf8)]
+    targets = [t.strip() for _, target in files for t in _iter_lines(target, cfg.invalid_utf8)]
     return sources, targets
 
 
@@ -390,29 +512,48 @@ def training_sentences_count(config) -> tuple[str, int]:
     cfg = data_section(config)
     if cfg.source == "tfds":
         return describe(cfg, "train"), 2 * tfds_num_examples(cfg, "train")
-    source, target = split_files(cfg, "train")
-    pairs, _ = check_parallel_files(source, target, cfg.invalid_utf8)
-    return _pair_name(source, target), 2 * pairs
+    _, counts, _ = check_split_files(cfg, "train")
+    return describe(cfg, "train"), 2 * sum(counts)
 
 
-def iter_training_sentences(config) -> Iterator[str]:
+def iter_training_sentences(config, selected=None) -> Iterator[str]:
     """Every source sentence of the training split, then every target sentence (for the
-    shared vocabulary). Not stripped; invalid UTF-8 per ``data.invalid_utf8``."""
+    shared vocabulary), or only those at the sorted indices ``selected`` of that sequence.
+    Not stripped; invalid UTF-8 per ``data.invalid_utf8``. For TFDS the selection runs in
+    the graph: only the sampled sentences reach Python."""
     cfg = data_section(config)
     if cfg.source == "tfds":
+        import tensorflow as tf
         import tensorflow_datasets as tfds
 
         builder = tfds_builder(cfg)
         name = _tfds_split_checked(builder, cfg, "train")
-        for lang in (cfg.source_lang, cfg.target_lang):
-            ds = builder.as_dataset(split=name, shuffle_files=False).map(lambda ex, key=lang: ex[key])
-            for i, raw in enumerate(tfds.as_numpy(ds)):
-                yield _decode(raw, cfg.invalid_utf8, f"tfds:{cfg.tfds_name}[{name}] example {i} ({lang})")
+        sides = [builder.as_dataset(split=name, shuffle_files=False).map(lambda ex, key=lang: ex[key])
+                 for lang in (cfg.source_lang, cfg.target_lang)]
+        ds = sides[0].concatenate(sides[1]).enumerate()
+        if selected is not None:
+            total = 2 * int(builder.info.splits[name].num_examples)
+            mask = np.zeros(total, bool)
+            mask[np.asarray(selected, np.int64)] = True
+            mask_t = tf.constant(mask)
+            ds = ds.filter(lambda i, text: tf.gather(mask_t, i))
+        for i, raw in tfds.as_numpy(ds.prefetch(tf.data.AUTOTUNE)):
+            yield _decode(raw, cfg.invalid_utf8, f"tfds:{cfg.tfds_name}[{name}] sentence {i}")
         return
-    source, target = split_files(cfg, "train")
-    check_parallel_files(source, target, cfg.invalid_utf8)
-    for path in (source, target):
-        yield from _iter_lines(path, cfg.invalid_utf8)
+    files, _, _ = check_split_files(cfg, "train")
+    chosen = iter(selected) if selected is not None else None
+    want = next(chosen, None) if chosen is not None else None
+    i = 0
+    for side in (0, 1):
+        for pair in files:
+            for text in _iter_lines(pair[side], cfg.invalid_utf8):
+                if chosen is None or i == want:
+                    yield text
+                    if chosen is not None:
+                        want = next(chosen, None)
+                        if want is None:
+                            return
+                i += 1
 
 
 __all__ = [
@@ -420,13 +561,16 @@ __all__ = [
     "FileScan",
     "bundled_multi30k_dir",
     "check_parallel_files",
+    "check_split_files",
     "data_section",
     "describe",
     "iter_training_sentences",
     "multi30k_dir",
+    "num_parts",
     "pair_dataset",
     "read_parallel_text",
     "scan_text_file",
+    "split_file_pairs",
     "split_files",
     "tfds_builder",
     "training_sentences_count",

@@ -281,14 +281,7 @@ def build_vocab(
     used = [0]
 
     def sentences():
-        idx = 0  # position in the sampled index list
-        for i, text in enumerate(sources.iter_training_sentences(cfg)):
-            if selected is not None:
-                if idx >= len(selected):
-                    return
-                if i != selected[idx]:
-                    continue
-                idx += 1
+        for text in sources.iter_training_sentences(cfg, None if selected is None else selected.tolist()):
             text = text.strip()
             if text:
                 used[0] += 1
@@ -338,6 +331,8 @@ def resolve_vocabulary(cfg, default_path, *, tokenizer=None, build_missing: bool
 
     log = log or say
     if tokenizer is None:
+        if not cfg.data.vocab_model and cfg.data.source == "prepared" and cfg.data.prepared_dir:
+            cfg.data.vocab_model = str(Path(cfg.data.prepared_dir).expanduser() / "vocab.model")  # its own
         path = Path(cfg.data.vocab_model) if cfg.data.vocab_model else Path(default_path)
         if not path.is_file():
             if not build_missing:

@@ -1,0 +1,284 @@
+"""Sharded corpora (globs, lists), the on-disk statistics cache, prepared TFRecord shards,
+parallel pipelines, sharding by file and the tf.data service."""
+
+import dataclasses
+import json
+import os
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from tests.helpers.corpora import write_tiny_parallel_corpus
+from tf_transformer.config import ConfigError, DataConfig, load_config
+from tf_transformer.data import Tokenizer, batching, build_vocab, dataset_statistics, make_dataset, sources
+from tf_transformer.data import prepared as prep
+from tf_transformer.errors import DataError
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sharded")
+    for i in range(4):
+        write_tiny_parallel_corpus(root, sizes=((f"part{i}", 40 + 10 * i),), seed=i)
+    write_tiny_parallel_corpus(root, sizes=(("valid", 25),), seed=9)
+    return root
+
+
+def text_cfg(root, **kw):
+    kw.setdefault("stats_cache_dir", str(root / "cache"))
+    return DataConfig(source="text", train_source=str(root / "part*.en"), train_target=str(root / "part*.de"),
+                      valid_source=str(root / "valid.en"), valid_target=str(root / "valid.de"), vocab_size=40,
+                      tokens_per_batch=200, max_length=24, **kw)
+
+
+@pytest.fixture(scope="module")
+def tok(corpus):
+    build_vocab(text_cfg(corpus), corpus / "spm", progress=lambda m: None)
+    return Tokenizer(corpus / "spm.model")
+
+
+def lines(path):
+    return path.read_text().splitlines()
+
+
+def all_pairs(root, parts=range(4)):
+    return [pair for i in parts for pair in zip(lines(root / f"part{i}.en"), lines(root / f"part{i}.de"))]
+
+
+def expected_ids(tok, pairs, max_length=24):
+    src = tok.encode([a for a, _ in pairs])
+    tgt = tok.encode([b for _, b in pairs])
+    return Counter((tuple(s), tuple(t)) for s, t in zip(src, tgt)
+                   if s and t and len(s) <= max_length and len(t) + 1 <= max_length)
+
+
+def id_pairs(ds):
+    out = Counter()
+    for (src, _), tgt_out in ds.as_numpy_iterator():
+        for s, t in zip(src, tgt_out):
+            t = [int(v) for v in t if v != 0]
+            assert t[-1] == 3
+            out[(tuple(int(v) for v in s if v != 0), tuple(t[:-1]))] += 1
+    return out
+
+
+def test_globs_and_lists_pair_file_by_file_in_sorted_order(corpus):
+    files = sources.split_file_pairs(text_cfg(corpus), "train")
+    assert [(a.name, b.name) for a, b in files] == [(f"part{i}.en", f"part{i}.de") for i in range(4)]
+    # a list of a glob and a path: each glob sorted, the list's order kept
+    cfg = dataclasses.replace(text_cfg(corpus), train_source=[str(corpus / "part3.en"), str(corpus / "part[01].en")],
+                              train_target=[str(corpus / "part3.de"), str(corpus / "part[01].de")])
+    files = sources.split_file_pairs(cfg, "train")
+    assert [a.name for a, _ in files] == ["part3.en", "part0.en", "part1.en"]
+    assert [b.name for _, b in files] == ["part3.de", "part0.de", "part1.de"]
+    ds, n, replaced = sources.pair_dataset(cfg, "train")
+    got = Counter((a.decode(), b.decode()) for a, b in ds.as_numpy_iterator())
+    assert n == sum(got.values()) == 70 + 40 + 50 and replaced == 0
+    assert got == Counter(all_pairs(corpus, (3, 0, 1)))
+    src, tgt = sources.read_parallel_text(cfg, "train")
+    assert list(zip(src, tgt)) == all_pairs(corpus, (3, 0, 1))  # read in the list's order
+    # several files are read one line of each in turn: the sub-corpora mix
+    first = [a.decode() for a, _ in list(ds.as_numpy_iterator())[:3]]
+    assert first == [lines(corpus / f"part{i}.en")[0] for i in (3, 0, 1)]
+
+
+def test_mismatched_file_counts_and_lengths_name_both_sides(corpus, tmp_path):
+    cfg = dataclasses.replace(text_cfg(corpus), train_target=str(corpus / "part[012].de"))
+    with pytest.raises(DataError) as e:
+        sources.split_file_pairs(cfg, "train")
+    text = str(e.value)
+    assert "part*.en" in text and "names 4 file(s)" in text and "part[012].de" in text and "names 3" in text
+    (tmp_path / "a.en").write_text("x\ny\nz\n")
+    (tmp_path / "a.de").write_text("x\ny\n")
+    cfg = dataclasses.replace(cfg, train_source=[str(corpus / "part0.en"), str(tmp_path / "a.en")],
+                              train_target=[str(corpus / "part0.de"), str(tmp_path / "a.de")])
+    with pytest.raises(DataError, match=r"a\.en has 3 lines but .*a\.de has 2 lines"):
+        sources.pair_dataset(cfg, "train")
+    cfg = dataclasses.replace(cfg, train_source=str(tmp_path / "nothing*.en"))
+    with pytest.raises(DataError, match=r"nothing\*\.en.*data\.train_source, train split\) matches no file"):
+        sources.split_file_pairs(cfg, "train")
+
+
+def test_config_takes_a_path_a_glob_or_a_list(tmp_path):
+    cfg = load_config("multi30k_small", ["data.source=text", "data.train_source=[a.en, b.en]",
+                                         "data.train_target=c/*.de"])
+    assert cfg.data.train_source == ["a.en", "b.en"] and cfg.data.train_target == "c/*.de"
+    with pytest.raises(ConfigError, match=r"data.train_source=\[1, 2\] must be str or list"):
+        load_config("multi30k_small", ["data.train_source=[1, 2]"])
+    with pytest.raises(ConfigError, match=r"data.train_target=\['a', ''\] must be a path, a glob or a non-empty"):
+        load_config("multi30k_small", ["data.source=text", "data.train_source=a", "data.train_target=[a, '']"])
+
+
+def test_statistics_are_cached_on_disk_reused_and_invalidated(corpus, tok, tmp_path, monkeypatch):
+    import shutil
+
+    root = tmp_path / "c"
+    shutil.copytree(corpus, root, ignore=shutil.ignore_patterns("cache", "spm*"))
+    cfg = text_cfg(root, stats_cache_dir=str(tmp_path / "cache"))
+    first = dataset_statistics(cfg, "train", tok)
+    assert first.pairs == 40 + 50 + 60 + 70
+    assert first.kept == sum(expected_ids(tok, all_pairs(root)).values())
+    assert len(list((tmp_path / "cache").glob("stats-*.json"))) == 1
+
+    passes = []
+    real = sources.pair_dataset
+
+    def counting(*a, **k):
+        passes.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(sources, "pair_dataset", counting)
+    batching._STATS_CACHE.clear()  # a new process: only the disk cache is left
+    sources._SCAN_CACHE.clear()
+    assert dataset_statistics(cfg, "train", tok) == first and passes == []  # reused, no pass
+    # another max_length: a new key, a new pass
+    other = dataset_statistics(dataclasses.replace(cfg, max_length=12), "train", tok)
+    assert passes == [1] and other.kept < first.kept
+    # a changed file: new size and mtime, a new pass that sees the new line
+    with open(root / "part2.en", "a") as f:
+        f.write("a man\n")
+    with open(root / "part2.de", "a") as f:
+        f.write("ein mann\n")
+    batching._STATS_CACHE.clear()
+    changed = dataset_statistics(cfg, "train", tok)
+    assert passes == [1, 1] and changed.pairs == first.pairs + 1 and changed.kept == first.kept + 1
+    # the cache switched off: no file written
+    batching._STATS_CACHE.clear()
+    dataset_statistics(dataclasses.replace(cfg, stats_cache=False, max_length=13), "train", tok)
+    assert len(list((tmp_path / "cache").glob("stats-*.json"))) == 3
+    # the line counts of the text files are cached too
+    assert list((tmp_path / "cache").glob("scan-*.json"))
+
+
+def test_progress_is_reported_during_long_passes():
+    from tf_transformer.data.cache import Progress
+
+    said = []
+    p = Progress("data train: counting", 1000, "pairs", said.append, every=0.0)
+    p.update(250)
+    p.done()
+    assert said[0].startswith("data train: counting: 25% (250 of 1,000 pairs)") and "left" in said[0]
+    assert said[1].startswith("data train: counting: done in")
+    quiet = []
+    p = Progress("x", 10, "pairs", quiet.append, every=3600)
+    p.update(5)
+    p.done()
+    assert quiet == []  # a short pass prints nothing
+
+
+@pytest.fixture(scope="module")
+def prepared_dir(corpus, tok, tmp_path_factory):
+    out = tmp_path_factory.mktemp("prep") / "corpus"
+    prep.prepare(text_cfg(corpus), out, tok, shards=3, log=lambda m: None)
+    return out
+
+
+def test_prepared_shards_give_the_same_ids_as_the_text_path(corpus, tok, prepared_dir):
+    cfg = text_cfg(corpus)
+    pcfg = dataclasses.replace(cfg, source="prepared", prepared_dir=str(prepared_dir))
+    manifest = json.loads((prepared_dir / "manifest.json").read_text())
+    assert manifest["vocabulary"]["sha256"] == prep.vocabulary_hash(tok.model_proto)
+    train = manifest["splits"]["train"]
+    assert train["pairs_read"] == 220 and sum(f["pairs"] for f in train["files"]) == train["pairs"] == 220
+    assert len(train["files"]) == 3 and all((prepared_dir / f["name"]).is_file() for f in train["files"])
+    # training: the same multiset of id pairs over one pass; validation: the same batches
+    want = expected_ids(tok, all_pairs(corpus))
+    assert id_pairs(make_dataset(pcfg, "train", tok, repeat=False, verbose=False)) == want
+    assert id_pairs(make_dataset(cfg, "train", tok, repeat=False, verbose=False)) == want
+    a = list(make_dataset(cfg, "valid", tok, training=False, verbose=False).as_numpy_iterator())
+    b = list(make_dataset(pcfg, "valid", tok, training=False, verbose=False).as_numpy_iterator())
+    assert len(a) == len(b) > 1
+    for x, y in zip(a, b):
+        for u, v in zip((x[0][0], x[0][1], x[1]), (y[0][0], y[0][1], y[1])):
+            np.testing.assert_array_equal(u, v)
+    # the manifest answers the statistics for any max_length, as a pass over the text would
+    for max_length in (24, 10):
+        text_stats = dataset_statistics(dataclasses.replace(cfg, max_length=max_length), "train", tok)
+        prep_stats = dataset_statistics(dataclasses.replace(pcfg, max_length=max_length), "train", tok)
+        assert dataclasses.replace(prep_stats, origin="") == dataclasses.replace(text_stats, origin="")
+    assert sources.read_parallel_text(pcfg, "valid") == sources.read_parallel_text(cfg, "valid")
+    # the training shards are shuffled: not in file order
+    import tensorflow as tf
+
+    records = [prep.parse_examples(tf.constant([r.numpy()]))[0][0].numpy().tolist()
+               for r in tf.data.TFRecordDataset(str(prepared_dir / train["files"][0]["name"])).take(5)]
+    file_order = [s for s, _ in zip(tok.encode([a for a, _ in all_pairs(corpus)]), range(5))]
+    assert records != file_order
+
+
+def test_prepared_records_are_tf_train_examples_and_vocabulary_is_checked(corpus, tok, prepared_dir, tmp_path):
+    import tensorflow as tf
+
+    ids = tf.ragged.constant([[5, 200, 70000], [1]], dtype=tf.int32)
+    serialized = prep.encode_examples(ids, tf.ragged.constant([[3], [2**30, 0]], dtype=tf.int32)).numpy()
+    example = tf.train.Example.FromString(serialized[0])
+    assert list(example.features.feature["source"].int64_list.value) == [5, 200, 70000]
+    assert list(tf.train.Example.FromString(serialized[1]).features.feature["target"].int64_list.value) == [2**30, 0]
+    other = tmp_path / "other"
+    build_vocab(dataclasses.replace(text_cfg(corpus), vocab_size=30), other, progress=lambda m: None)
+    pcfg = dataclasses.replace(text_cfg(corpus), source="prepared", prepared_dir=str(prepared_dir))
+    with pytest.raises(DataError, match="prepared with another vocabulary"):
+        make_dataset(pcfg, "train", Tokenizer(str(other) + ".model"), verbose=False)
+    with pytest.raises(DataError, match="already holds a prepared corpus"):
+        prep.prepare(text_cfg(corpus), prepared_dir, tok, log=lambda m: None)
+    with pytest.raises(DataError, match="manifest.json does not exist"):
+        make_dataset(dataclasses.replace(pcfg, prepared_dir=str(tmp_path)), "train", tok, verbose=False)
+
+
+def test_parallel_pipelines_and_workers_shard_by_file(corpus, tok):
+    import tensorflow as tf
+
+    want = expected_ids(tok, all_pairs(corpus))
+    for k in (1, 3):
+        cfg = text_cfg(corpus, parallel_pipelines=k)
+        assert id_pairs(make_dataset(cfg, "train", tok, repeat=False, verbose=False)) == want
+        a = list(make_dataset(cfg, "train", tok, seed=3, verbose=False).take(12).as_numpy_iterator())
+        b = list(make_dataset(cfg, "train", tok, seed=3, verbose=False).take(12).as_numpy_iterator())
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x[0][0], y[0][0])
+    # two workers, four file pairs: each reads whole files of its own (0, 2 and 1, 3)
+    cfg = text_cfg(corpus, parallel_pipelines=1)
+    for worker, parts in ((0, (0, 2)), (1, (1, 3))):
+        ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=worker, num_replicas_in_sync=2)
+        got = id_pairs(make_dataset(cfg, "train", tok, input_context=ctx, repeat=False, verbose=False))
+        assert got == expected_ids(tok, all_pairs(corpus, parts))
+    # two workers x two pipelines over four files: one file each, together all of them
+    cfg = text_cfg(corpus, parallel_pipelines=2)
+    total = Counter()
+    for worker in (0, 1):
+        ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=worker, num_replicas_in_sync=2)
+        total += id_pairs(make_dataset(cfg, "train", tok, input_context=ctx, repeat=False, verbose=False))
+    assert total == want
+
+
+def test_tf_data_service_on_loopback_yields_the_same_examples(corpus, tok):
+    import tensorflow as tf
+
+    dispatcher = tf.data.experimental.service.DispatchServer()
+    address = dispatcher.target.split("://")[1]
+    worker = tf.data.experimental.service.WorkerServer(
+        tf.data.experimental.service.WorkerConfig(dispatcher_address=address))
+    try:
+        local = id_pairs(make_dataset(text_cfg(corpus), "train", tok, repeat=False, verbose=False))
+        for mode in ("distributed_epoch", "parallel_epochs"):
+            cfg = text_cfg(corpus, service=dispatcher.target, service_mode=mode, parallel_pipelines=2)
+            served = id_pairs(make_dataset(cfg, "train", tok, repeat=False, verbose=False))
+            assert served == local
+    finally:
+        worker.stop()
+        dispatcher.stop()
+
+
+def test_tft_prepare_command(corpus, tok, tmp_path, capsys):
+    from tf_transformer.cli import main
+
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps({"data": dataclasses.asdict(text_cfg(corpus, vocab_model=str(corpus / "spm.model")))}))
+    out = tmp_path / "p"
+    assert main(["prepare", "--config", str(config), "--output", str(out), "--shards", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert f"wrote {out}: 220 training pairs" in printed and "in 2 shards" in printed and "valid 25 pairs" in printed
+    assert main(["prepare", "--config", str(config), "--output", str(out)]) == 2
+    assert "(--force)" in capsys.readouterr().err
+    assert os.path.isfile(out / "vocab.model")

@@ -17,3 +17,23 @@ class ConfigError(UserError):
 
 class DataError(UserError):
     """A data file is missing, malformed or inconsistent with its pair."""
+
+
+class WriteError(UserError):
+    """A file or directory could not be written (permissions, a full disk, a bad path): the
+    message names the path and the errno; nothing half-written is left behind."""
+
+    def __init__(self, path, errno_code=None, reason: str = ""):
+        import errno as errno_names
+        import os
+
+        self.path = str(path)
+        self.errno = errno_code
+        name = errno_names.errorcode.get(errno_code, "") if errno_code else ""
+        text = reason or (os.strerror(errno_code) if errno_code else "write failed")
+        code = f"[Errno {errno_code} {name}] " if errno_code else ""
+        super().__init__(f"cannot write {self.path}: {code}{text}")
+
+
+class DamagedFileError(UserError):
+    """A saved model, checkpoint or backup is truncated, unreadable or holds non-finite weights."""

@@ -299,6 +299,7 @@ def make_dataset(
     seed: int | None = None,
     repeat: bool | None = None,
     verbose: bool = True,
+    skip: int = 0,
 ):
     """Token-budget batches ``((source_ids, target_input_ids), target_output_ids)``.
 
@@ -315,6 +316,8 @@ def make_dataset(
         seed: shuffle seed; ``None`` = ``data.seed``. The same seed gives the same batches.
         repeat: repeat forever; ``None`` = ``training``.
         verbose: print the one-line reading summary to stderr.
+        skip: leave out the first ``skip`` batches (before padding): the same stream from
+            batch ``skip`` on. Resuming a run skips the batches it has trained on.
 
     Returns:
         a ``tf.data.Dataset`` of int32 tensors, shapes ``[B, S]``, ``[B, T]``, ``[B, T]``;
@@ -386,6 +389,8 @@ def make_dataset(
         return window.ragged_batch(window_size(key))
 
     ds = ds.group_by_window(lambda s, t, k: k, to_batches, window_size_func=window_size)
+    if skip:
+        ds = ds.skip(int(skip))
 
     def split_target(src, tgt_full, key):
         src = src.to_tensor(PAD_ID)

@@ -40,7 +40,7 @@ def write_error(error: OSError, path) -> WriteError:
     """``error`` as a one-line :class:`WriteError` naming ``path`` (or the error's own file)."""
     where = getattr(error, "filename", None) or path
     code = getattr(error, "errno", None)
-    return WriteError(where, code, getattr(error, "strerror", None) or str(error))
+    return WriteError.at(where, code, getattr(error, "strerror", None) or str(error))
 
 
 @contextlib.contextmanager
@@ -83,7 +83,7 @@ def check_free_space(directory: Union[str, os.PathLike], needed_bytes: int, what
         return
     free = shutil.disk_usage(directory).free
     if free < needed_bytes:
-        raise WriteError(directory, errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: {free / 2**20:,.1f} MiB free, "
+        raise WriteError.at(directory, errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: {free / 2**20:,.1f} MiB free, "
                          f"{needed_bytes / 2**20:,.1f} MiB needed{' for ' + what if what else ''}")
 
 

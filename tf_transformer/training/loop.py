@@ -252,7 +252,7 @@ def train(
     trainer, backup, start_step = _resume(run)
     _announce(run, trainer, backup, start_step)
     vocab_copy = _write_inputs(run)
-    if start_step == 0 and run.info.is_chief:
+    if start_step == 0:  # every worker (each into its own directory), as the later backups
         backup.set_model(trainer)
         backup.save()  # step 0: resumable from the first thing written
     steps = _callbacks(run, trainer, backup, start_step, callbacks)

@@ -3,6 +3,11 @@
     python tests/training_subprocess.py mirrored OUT.json
     python tests/training_subprocess.py multiworker OUT.json   (TF_CONFIG set by the caller)
     python tests/training_subprocess.py resume MODEL_DIR STEPS PROGRESS_FILE
+    python tests/training_subprocess.py chaos CONFIG_YAML MODEL_DIR KILL OUT.json
+        KILL: "none", "step:N" (SIGKILL itself after update N), "backup:N" (inside the
+        write of the backup of update N, its partial file half written) or "validation:N"
+        (during the validation after update N). Test-only kill points: nothing in the
+        package knows about them.
 """
 
 import json
@@ -142,6 +147,54 @@ def resume(model_dir, steps, progress_file):
                       "checkpoints": [str(p) for p in result.checkpoints]}))
 
 
+def chaos(config_path, model_dir, kill, out):
+    import signal
+    import time
+
+    import keras
+
+    from tf_transformer.config import load_config
+    from tf_transformer.training import train
+    from tf_transformer.training.callbacks import current_step
+
+    kind, _, at = kill.partition(":")
+    at = int(at or 0)
+    started = time.time()
+
+    def die():
+        with open(out, "w") as f:  # what this process reached, for the lost-work figure
+            json.dump({"killed": kill, "seconds": time.time() - started}, f)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    class Killer(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if kind == "step" and current_step(self.model) == at:
+                die()
+
+        def on_test_batch_end(self, batch, logs=None):
+            if kind == "validation" and current_step(self.model) >= at:
+                die()
+
+    if kind == "backup":
+        original = keras.Model.save_weights
+
+        def save_weights(model, filepath, *args, **kwargs):
+            original(model, filepath, *args, **kwargs)
+            name = os.path.basename(str(filepath))
+            if name.startswith(".partial-") and name.endswith("latest.weights.h5") and current_step(model) == at:
+                with open(filepath, "r+b") as f:  # half written when the process dies
+                    f.truncate(os.path.getsize(filepath) // 2)
+                die()
+
+        keras.Model.save_weights = save_weights
+
+    result = train(load_config(config_path), model_dir=model_dir, callbacks=[Killer()], verbose=0)
+    weights = [w.tolist() for w in result.model.get_weights()]
+    with open(out, "w") as f:
+        json.dump({"start_step": result.start_step, "final_step": result.final_step, "weights": weights,
+                   "seconds": time.time() - started, "train_seconds": result.train_seconds}, f)
+
+
 if __name__ == "__main__":
     mode, args = sys.argv[1], sys.argv[2:]
-    {"mirrored": mirrored, "multiworker": multiworker, "resume": resume}[mode](*args)
+    {"mirrored": mirrored, "multiworker": multiworker, "resume": resume, "chaos": chaos}[mode](*args)

@@ -15,6 +15,9 @@ as an installed Keras (or TensorFlow) no longer has one of them.
   workarounds switch themselves off once Keras is fixed (tensorflow/tensorflow#72388).
 * :func:`in_multi_worker_mode` and :func:`supports_no_merge_call`: two questions about a
   strategy that only TensorFlow's private API answers.
+* :func:`seed_generator_states`: the state variables of the ``keras.random.SeedGenerator``
+  of every layer (dropout masks), which ``save_weights`` does not save; exact resume saves
+  and restores them.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ REQUIREMENTS = (
     ("symbolic build of model.fit", lambda: _tf_trainer().TensorFlowTrainer, "_symbolic_build"),
     ("per-replica reduction of step outputs", _tf_trainer, "reduce_per_replica"),
     ("layer traversal", lambda: __import__("keras").Layer, "_flatten_layers"),
+    ("seed generators of a layer", lambda: __import__("keras").layers.Dropout(0.5), "_seed_generators"),
     ("multi-worker mode of a MultiWorkerMirroredStrategy", _mwms_extended, "_in_multi_worker_mode"),
     ("merge-call support of a strategy", _tf_internal_distribute, "strategy_supports_no_merge_call"),
 )
@@ -84,6 +88,21 @@ def missing() -> list[str]:
             name = getattr(obj, "__qualname__", getattr(obj, "__name__", repr(obj)))
             problems.append(f"{what}: Keras {keras_version()} has no {name}.{attribute}")
     return problems
+
+
+# ---------------------------------------------------------------------------------------
+# Random state
+# ---------------------------------------------------------------------------------------
+
+
+def seed_generator_states(model) -> list:
+    """The ``state`` variable of every ``SeedGenerator`` of ``model``'s layers, in layer
+    order (``model`` itself included): what makes the next dropout masks."""
+    states = []
+    for layer in model._flatten_layers(include_self=True):
+        for generator in getattr(layer, "_seed_generators", ()):
+            states.append(generator.state)
+    return states
 
 
 # ---------------------------------------------------------------------------------------
@@ -173,7 +192,9 @@ class LocalReplicaBuild:
     the model. That fails under the collective (multi-worker) strategy and when replicas hold
     differently shaped batches, and under any strategy it reads the persistent validation
     iterator before resetting it, which raises StopIteration once a finite validation set has
-    been read to its end. Active only while :func:`multiworker_bugs` finds the reduce.
+    been read to its end. Keras' build also takes that first batch from the training
+    iterator, so a fit call would skip one batch per replica (exact resume counts the
+    batches consumed): a built model is never given a batch here.
     """
 
     def _needs_symbolic_build(self) -> bool:
@@ -187,8 +208,12 @@ class LocalReplicaBuild:
         import tensorflow as tf
 
         strategy = getattr(self, "_distribute_strategy", None)
-        if strategy is None or not multiworker_bugs().reduces_first_batch:
+        if strategy is None:
             return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+        if not multiworker_bugs().reduces_first_batch and self._needs_symbolic_build():
+            return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+        # A built model needs no batch: reading one here would take it from the training
+        # stream (Keras' own build does), which exact resume counts.
         if data_batch is None and iterator is not None and self._needs_symbolic_build():
             for _, _, it in iterator:
                 batch = next(it)

@@ -17,3 +17,28 @@ class ConfigError(UserError):
 
 class DataError(UserError):
     """A data file is missing, malformed or inconsistent with its pair."""
+
+
+class WriteError(UserError):
+    """A file or directory could not be written (permissions, a full disk, a bad path): the
+    message names the path and the errno; nothing half-written is left behind."""
+
+    def __init__(self, message: str, path=None, errno_code=None):
+        super().__init__(message)
+        self.path = None if path is None else str(path)
+        self.errno = errno_code
+
+    @classmethod
+    def at(cls, path, errno_code=None, reason: str = "") -> "WriteError":
+        """``cannot write PATH: [Errno N NAME] reason``."""
+        import errno as errno_names
+        import os
+
+        name = errno_names.errorcode.get(errno_code, "") if errno_code else ""
+        text = reason or (os.strerror(errno_code) if errno_code else "write failed")
+        code = f"[Errno {errno_code} {name}] " if errno_code else ""
+        return cls(f"cannot write {path}: {code}{text}", path, errno_code)
+
+
+class DamagedFileError(UserError):
+    """A saved model, checkpoint or backup is truncated, unreadable or holds non-finite weights."""

@@ -2,20 +2,25 @@
 one-line progress messages the library prints.
 
 Every file the package writes goes through :func:`atomic_path` (or :func:`atomic_write`):
-written under a temporary name beside its destination and renamed over it, so a process
-killed while writing leaves the previous file intact and never a half-written one.
+written under a temporary name beside its destination (``.partial-<pid>-<name>``), flushed
+to disk and renamed over it, so a process killed while writing leaves the previous file
+intact and never a half-written one (:func:`remove_stale_partials` clears the leftovers of
+killed writes on the next start). An ``OSError`` while writing becomes a one-line
+:class:`~tf_transformer.errors.WriteError` naming the path and the errno. Files read back
+are checked: :func:`check_complete` (truncated ``.keras``/``.h5``) and :func:`check_finite`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import sys
 from pathlib import Path
 from typing import Iterator, Union
 
-from tf_transformer.errors import UserError
+from tf_transformer.errors import DamagedFileError, UserError, WriteError
 
 #: Names of the files in a run directory (``tft train --model-dir``).
 MODEL_FILE = "model.keras"
@@ -27,21 +32,139 @@ def say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+#: Prefix of the temporary names :func:`atomic_path` writes under (``.partial-<pid>-<name>``).
+PARTIAL_PREFIX = ".partial-"
+
+
+def write_error(error: OSError, path) -> WriteError:
+    """``error`` as a one-line :class:`WriteError` naming ``path`` (or the error's own file)."""
+    where = getattr(error, "filename", None) or path
+    code = getattr(error, "errno", None)
+    return WriteError.at(where, code, getattr(error, "strerror", None) or str(error))
+
+
 @contextlib.contextmanager
-def atomic_path(path: Union[str, os.PathLike]) -> Iterator[Path]:
-    """Yield a temporary path beside ``path`` to write to; on success it replaces ``path``
-    (file or directory), on an error it is removed and ``path`` is left as it was."""
+def atomic_path(path: Union[str, os.PathLike], expected_bytes: int = 0) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` to write to; on success it is flushed to disk
+    (fsync) and renamed over ``path`` (file or directory), on an error it is removed and
+    ``path`` is left as it was.
+
+    ``expected_bytes``: refuse (``ENOSPC``) before writing when the file system has less free
+    space. Any ``OSError`` becomes a :class:`~tf_transformer.errors.WriteError` naming the path.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".partial-{os.getpid()}-{path.name}")
-    _remove(tmp)
+    tmp = path.with_name(f"{PARTIAL_PREFIX}{os.getpid()}-{path.name}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        check_free_space(path.parent, expected_bytes)
+        _remove(tmp)
+    except OSError as e:
+        raise write_error(e, path.parent) from None
     try:
         yield tmp
+        _fsync_tree(tmp)
         if tmp.is_dir() and path.is_dir():
             shutil.rmtree(path)
         os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as e:
+        raise write_error(e, path) from None
     finally:
-        _remove(tmp)
+        try:
+            _remove(tmp)
+        except OSError:
+            pass
+
+
+def check_free_space(directory: Union[str, os.PathLike], needed_bytes: int, what: str = "") -> None:
+    """Raise a ``ENOSPC`` :class:`WriteError` when ``directory``'s file system has less than
+    ``needed_bytes`` free."""
+    if needed_bytes <= 0:
+        return
+    free = shutil.disk_usage(directory).free
+    if free < needed_bytes:
+        raise WriteError.at(directory, errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: {free / 2**20:,.1f} MiB free, "
+                         f"{needed_bytes / 2**20:,.1f} MiB needed{' for ' + what if what else ''}")
+
+
+def check_writable(directory: Union[str, os.PathLike], needed_bytes: int = 0, what: str = "") -> Path:
+    """Create ``directory`` if needed and prove it writable (a probe file is written and
+    removed) with at least ``needed_bytes`` free; a :class:`WriteError` otherwise."""
+    directory = Path(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f"{PARTIAL_PREFIX}{os.getpid()}-probe"
+        with open(probe, "wb") as f:
+            f.write(b"0")
+        probe.unlink()
+    except OSError as e:
+        raise write_error(e, directory) from None
+    check_free_space(directory, needed_bytes, what)
+    return directory
+
+
+def remove_stale_partials(directory: Union[str, os.PathLike], depth: int = 2) -> list[Path]:
+    """Remove the ``.partial-<pid>-*`` leftovers of killed writes under ``directory`` (down
+    to ``depth`` levels) whose process is gone; returns what was removed."""
+    directory = Path(directory)
+    removed = []
+    if not directory.is_dir():
+        return removed
+    for entry in directory.iterdir():
+        if entry.name.startswith(PARTIAL_PREFIX):
+            pid = entry.name[len(PARTIAL_PREFIX):].split("-", 1)[0]
+            if pid.isdigit() and not _alive(int(pid)):
+                try:
+                    _remove(entry)
+                    removed.append(entry)
+                except OSError as e:
+                    raise write_error(e, entry) from None
+        elif depth > 1 and entry.is_dir() and not entry.is_symlink():
+            removed += remove_stale_partials(entry, depth - 1)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # a leftover of an earlier process that had our pid
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _fsync_tree(path: Path) -> None:
+    if path.is_dir():
+        for root, _, files in os.walk(path):
+            for name in files:
+                _fsync_file(Path(root) / name)
+            _fsync_dir(Path(root))
+    elif path.exists():
+        _fsync_file(path)
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # not supported here (some file systems)
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _remove(path: Path) -> None:
@@ -53,12 +176,75 @@ def _remove(path: Path) -> None:
 
 def atomic_write(path: Union[str, os.PathLike], data: Union[str, bytes]) -> Path:
     """Write ``data`` (text as UTF-8, or bytes) to ``path`` atomically; returns ``path``."""
-    with atomic_path(path) as tmp:
-        if isinstance(data, bytes):
-            tmp.write_bytes(data)
-        else:
-            tmp.write_text(data, encoding="utf-8")
+    raw = data if isinstance(data, bytes) else data.encode("utf-8")
+    with atomic_path(path, expected_bytes=len(raw)) as tmp:
+        tmp.write_bytes(raw)
     return Path(path)
+
+
+def atomic_copy(source: Union[str, os.PathLike], path: Union[str, os.PathLike]) -> Path:
+    """Copy the file ``source`` to ``path`` atomically."""
+    with atomic_path(path, expected_bytes=os.path.getsize(source)) as tmp:
+        shutil.copyfile(source, tmp)
+    return Path(path)
+
+
+# ---------------------------------------------------------------------------------------
+# Checking saved files
+# ---------------------------------------------------------------------------------------
+
+
+def check_complete(path: Union[str, os.PathLike], what: str = "file") -> None:
+    """Raise :class:`DamagedFileError` unless ``path`` is a complete ``.keras`` archive or
+    ``.h5`` file (truncated by a killed copy, a full disk or byte damage)."""
+    path = Path(path)
+    name = path.name
+    try:
+        if name.endswith(".keras"):
+            import zipfile
+
+            with zipfile.ZipFile(path) as z:
+                bad = z.testzip()
+            if bad is not None:
+                raise DamagedFileError(f"{what} {path}: truncated or damaged (member {bad} fails its CRC check)")
+        elif name.endswith(".h5"):
+            import h5py
+
+            with h5py.File(path, "r") as f:
+                f.visit(lambda _: None)  # HDF5 checks the end of file against its superblock
+    except DamagedFileError:
+        raise
+    except FileNotFoundError:
+        raise DamagedFileError(f"{what} {path}: no such file") from None
+    except Exception as e:  # noqa: BLE001 (zipfile/h5py raise several types)
+        raise DamagedFileError(f"{what} {path}: truncated or damaged ({type(e).__name__}: {e})") from None
+
+
+def check_finite(variables, path, what: str = "file") -> None:
+    """Raise :class:`DamagedFileError` naming ``path`` and the first variable holding NaN or
+    infinity (``variables``: Keras variables just loaded from ``path``)."""
+    import numpy as np
+
+    for v in variables:
+        value = np.asarray(v.numpy() if hasattr(v, "numpy") else v)
+        if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+            bad = int(np.size(value) - np.count_nonzero(np.isfinite(value)))
+            name = getattr(v, "path", None) or getattr(v, "name", "a weight")
+            raise DamagedFileError(f"{what} {path}: damaged: {name} holds {bad:,} non-finite value(s) (NaN or inf)")
+
+
+def state_bytes(obj) -> int:
+    """Bytes of the weights of ``obj`` (a layer or model; with its optimizer's state)."""
+    import numpy as np
+
+    variables = list(getattr(obj, "weights", []))
+    optimizer = getattr(obj, "optimizer", None)
+    if optimizer is not None:
+        variables += list(optimizer.variables)
+    total = 0
+    for v in variables:
+        total += int(np.prod(v.shape)) * np.dtype(getattr(v, "dtype", "float32")).itemsize
+    return total
 
 
 def load_model(path: Union[str, os.PathLike]):
@@ -66,6 +252,7 @@ def load_model(path: Union[str, os.PathLike]):
     path = str(path)
     if not os.path.exists(path):
         raise UserError(f"model {path}: no such file (expected a .keras model written by tft train/average)")
+    check_complete(path, "model")
     import keras
 
     import tf_transformer.model  # noqa: F401  (registers the classes)
@@ -77,13 +264,14 @@ def load_model(path: Union[str, os.PathLike]):
     for attr in ("encode", "decode_step", "init_cache", "vocab_size"):
         if not hasattr(model, attr):
             raise UserError(f"model {path}: {type(model).__name__} is not a tf_transformer Transformer")
+    check_finite(model.weights, path, "model")
     return model
 
 
 def save_model(model, path: Union[str, os.PathLike]) -> Path:
     """``model.save(path)`` atomically (``.keras``)."""
     path = Path(path)
-    with atomic_path(path) as tmp:
+    with atomic_path(path, expected_bytes=state_bytes(model) + 2**20) as tmp:
         model.save(str(tmp))
     return path
 
@@ -91,9 +279,24 @@ def save_model(model, path: Union[str, os.PathLike]) -> Path:
 def save_weights(layer, path: Union[str, os.PathLike]) -> Path:
     """``layer.save_weights(path)`` atomically (``.weights.h5``)."""
     path = Path(path)
-    with atomic_path(path) as tmp:
+    with atomic_path(path, expected_bytes=state_bytes(layer) + 2**20) as tmp:
         layer.save_weights(str(tmp), overwrite=True)
     return path
+
+
+def load_weights(layer, path: Union[str, os.PathLike], what: str = "checkpoint") -> None:
+    """``layer.load_weights(path)`` after checking the file is complete, then check that every
+    weight loaded is finite; :class:`DamagedFileError` / :class:`UserError` name the file."""
+    check_complete(path, what)
+    try:
+        layer.load_weights(str(path))
+    except Exception as e:  # noqa: BLE001 (shape/structure mismatch: keras raises several types)
+        raise UserError(f"{what} {path}: cannot load it into the model ({type(e).__name__}: {e})") from None
+    variables = list(layer.weights)
+    optimizer = getattr(layer, "optimizer", None)
+    if optimizer is not None:
+        variables += list(optimizer.variables)
+    check_finite(variables, path, what)
 
 
 def read_run_config(model_dir: Union[str, os.PathLike]):

@@ -9,8 +9,9 @@ library for the work. A module exposes two functions per command::
 
 (``configure_<name>``/``run_<name>`` where one module holds several commands). The table
 below names them; a module is imported only when its command runs, so ``tft --help``
-answers at once without importing TensorFlow. Library errors (:class:`UserError`) are
-printed as one line and exit with status 2.
+answers at once without importing TensorFlow. Library errors (:class:`UserError`) and
+file system errors (``OSError``: the path and the errno) are printed as one line and exit
+with status 2.
 """
 
 from __future__ import annotations
@@ -78,6 +79,13 @@ def main(argv: list[str] | None = None) -> int:
         code = args._run(args)
     except UserError as e:
         print(f"tft {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a file system error the library did not word (it wraps its writes)
+        import errno
+
+        code = f"[Errno {e.errno} {errno.errorcode.get(e.errno, '')}] " if e.errno else ""
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"tft {args.command}: error: {where}{code}{e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"tft {args.command}: interrupted", file=sys.stderr)

@@ -33,18 +33,26 @@ def configure_train(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-dir", default=None, help="run directory (default: train.model_dir)")
     parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=None,
                         help="Keras progress: 1 progress bar (default), 2 one line per epoch, 0 none")
+    parser.add_argument("--allow-config-change", action="store_true",
+                        help="continue the run in --model-dir although the config (or vocabulary) differs from "
+                             "its config.yaml in fields that change the run (refused by default)")
 
 
 def run_train(args: argparse.Namespace) -> int:
     from tf_transformer.config import load_config
     from tf_transformer.training.loop import train
+    from tf_transformer.training.rundir import RunContractError
 
     overrides = list(args.overrides)
     if args.strategy:
         overrides.append(f"train.strategy={args.strategy}")
     cfg = load_config(args.config, overrides)
-    with flags({"strategy ": "--strategy "}):
-        result = train(cfg, model_dir=args.model_dir, verbose="auto" if args.verbose is None else args.verbose)
+    try:
+        with flags({"strategy ": "--strategy "}):
+            result = train(cfg, model_dir=args.model_dir, verbose="auto" if args.verbose is None else args.verbose,
+                           allow_config_change=args.allow_config_change)
+    except RunContractError as e:
+        raise RunContractError(e.model_dir, e.differences, override="--allow-config-change") from None
     print(result.summary(), flush=True)
     return 0 if result.stopped_early != "nan" else 1
 

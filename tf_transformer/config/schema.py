@@ -339,6 +339,11 @@ class Config:
         self.data.validate()
         self.train.validate()
         self.decode.validate()
+        if self.model.position_encoding == "learned" and self.model.max_length < self.data.max_length:
+            raise ConfigError(
+                f"model.max_length={self.model.max_length} (rows of the learned position table) is shorter than "
+                f"data.max_length={self.data.max_length}: training sequences would index past the table; set "
+                f"model.max_length >= {self.data.max_length} or lower data.max_length")
         return self
 
     def to_dict(self) -> dict:

@@ -53,11 +53,9 @@ batches are taken in turn (``choose_from_datasets``, deterministic) and each pip
 ahead in its own thread, so the serial stages (unbatch, shuffle, bucketing) run ``k`` at a
 time. Under several workers the split is first divided among them (by file, when the split
 has at least as many file pairs or TFDS shards as workers), then among the pipelines.
-The order of the batches is a function of ``(seed, pipelines, workers)``; one pipeline's
-order is built by :func:`_pipeline`, which is where a per-epoch order and a skip of the
-first batches of an interrupted epoch attach (per pipeline, since the interleave is a
-fixed round robin: skipping ``n`` batches overall skips ``n // k`` or ``n // k + 1`` in
-each pipeline).
+The order of the batches is a function of ``(seed, pipelines, workers)`` (``tft train``
+writes the resolved pipeline count into the run's config.yaml, so a resumed run keeps it);
+a resumed run skips the batches it has trained on from the combined, deterministic stream.
 """
 
 from __future__ import annotations
@@ -364,6 +362,7 @@ def make_dataset(
     seed: int | None = None,
     repeat: bool | None = None,
     verbose: bool = True,
+    skip: int = 0,
 ):
     """Token-budget batches ``((source_ids, target_input_ids), target_output_ids)``.
 
@@ -383,6 +382,8 @@ def make_dataset(
             pipelines) gives the same batches.
         repeat: repeat forever; ``None`` = ``training``.
         verbose: print the one-line reading summary to stderr.
+        skip: leave out the first ``skip`` batches (before padding): the same stream from
+            batch ``skip`` on. Resuming a run skips the batches it has trained on.
 
     Returns:
         a ``tf.data.Dataset`` of int32 tensors, shapes ``[B, S]``, ``[B, T]``, ``[B, T]``;
@@ -414,6 +415,8 @@ def make_dataset(
         order = tf.data.Dataset.range(pipelines).repeat()
         ds = tf.data.Dataset.choose_from_datasets([s.prefetch(2) for s in streams], order,
                                                   stop_on_empty_dataset=False)
+    if skip:  # the combined order is deterministic, so this is the same stream from batch `skip` on
+        ds = ds.skip(int(skip))
     ds = ds.prefetch(tf.data.AUTOTUNE)
     options = tf.data.Options()
     options.deterministic = True

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from tf_transformer.errors import DataError
-from tf_transformer.io import atomic_write, say
+from tf_transformer.io import atomic_write, check_writable, say
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE = "<pad>", "<unk>", "<s>", "</s>"
@@ -261,6 +261,7 @@ def build_vocab(
     prefix = str(output)
     prefix = prefix.removesuffix(".model")
     model_path, vocab_path = Path(prefix + ".model"), Path(prefix + ".vocab")
+    check_writable(model_path.parent)  # before the work, not after it
 
     start = time.time()
     described, count = sources.training_sentences_count(cfg)

@@ -53,12 +53,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tf_transformer.errors import UserError
+from tf_transformer.io import atomic_path, check_writable
 
 __all__ = [
     "CT2Translator",
@@ -230,6 +230,7 @@ def export_ctranslate2(model, tokenizer, output_dir, quantization: str | None = 
         raise UserError(f"--output {out} already exists; pass --force to replace it")
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {out} is a file, not a directory")
+    check_writable(out.parent)
     if not getattr(tokenizer, "model_path", None):
         raise UserError("--vocab: the tokenizer must come from a .model file (it is copied into the export)")
     pieces = tokenizer.id_to_piece(range(tokenizer.vocab_size))
@@ -238,11 +239,8 @@ def export_ctranslate2(model, tokenizer, output_dir, quantization: str | None = 
     spec.validate()
     spec.optimize(quantization=quantization)
 
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    try:
+    with atomic_path(out) as tmp:
+        tmp.mkdir(parents=True)
         spec.save(str(tmp))
         info = {
             "format": "ctranslate2",
@@ -257,12 +255,6 @@ def export_ctranslate2(model, tokenizer, output_dir, quantization: str | None = 
             "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
         }
         (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
     return {"dir": str(out), "info": str(out / EXPORT_INFO)}
 
 

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from tf_transformer.errors import UserError
-from tf_transformer.io import atomic_path, atomic_write, say
+from tf_transformer.io import atomic_path, atomic_write, check_writable, say, state_bytes
 
 IDS_ONLY_DIR = "ids_only"
 
@@ -126,6 +126,7 @@ def export_model(model, tokenizer, output_dir, version: int = 1, beam_size: int 
             existing = sorted(int(p.name) for p in out.iterdir() if p.name.isdigit()) if out.exists() else []
             nxt = (max(existing) + 1) if existing else version + 1
             raise VersionExists(d, nxt)
+    check_writable(out, 2 * (state_bytes(model) + 2**20), "two SavedModels")  # before tracing
     settings = {"beam_size": beam_size, "alpha": alpha, "max_extra_length": max_extra_length}
 
     written = {}

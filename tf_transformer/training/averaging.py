@@ -18,23 +18,20 @@ from typing import Optional, Sequence
 import numpy as np
 
 from tf_transformer.errors import UserError
-from tf_transformer.io import read_run_config, save_model, save_weights
+from tf_transformer.io import load_weights, read_run_config, save_model, save_weights
 
 
 def average_checkpoints(model, paths: Sequence, progress=None):
     """Set ``model``'s weights to the mean of the weight files ``paths``
     (``.weights.h5`` written by ``model.save_weights`` for the same architecture).
-    Returns ``model``."""
+    A truncated file, or one holding NaN or infinity, is refused, naming it. Returns ``model``."""
     if not paths:
         raise UserError("no checkpoints to average")
     if not model.built:
         model.build()
     total = None
     for i, path in enumerate(paths):
-        try:
-            model.load_weights(str(path))
-        except Exception as e:  # h5py/keras raise several types for unreadable or mismatched files
-            raise UserError(f"cannot load checkpoint {path} into the model: {e}") from None
+        load_weights(model, path, "checkpoint")  # complete, loadable and finite, or it names the file
         values = [np.asarray(w.numpy(), dtype=np.float64) for w in model.weights]
         if total is None:
             total = values

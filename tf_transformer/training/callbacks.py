@@ -9,10 +9,11 @@ Files (under ``model_dir``)::
     checkpoints/ckpt-<step>.weights.h5    Transformer weights, every train.checkpoint_every_minutes
                                           and at the end; the last train.keep_checkpoints kept
     backup/latest.weights.h5              weights + optimizer state (step counter, Adam moments)
+                                          + dropout RNG state and data position (exact resume)
     backup/training_metadata.json         {"epoch", "batch", "step"} of that backup
 
-Both are written to a temporary name and renamed, so a process killed while writing leaves
-the previous file intact.
+Both are written to a temporary name, flushed and renamed, so a process killed while
+writing leaves the previous file intact.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from typing import Callable, Optional
 import keras
 import numpy as np
 
-from tf_transformer.errors import UserError
-from tf_transformer.io import atomic_write, save_weights
+from tf_transformer import compat
+from tf_transformer.errors import DamagedFileError
+from tf_transformer.io import atomic_path, atomic_write, load_weights, save_weights, state_bytes
 
 CHECKPOINT_PATTERN = re.compile(r"^ckpt-(\d+)\.weights\.h5$")
 
@@ -130,20 +132,26 @@ class TimedCheckpoint(_UpdateCounting):
 
 
 class ResumableBackup(keras.callbacks.Callback):
-    """Resumable backups (weights + optimizer state) that resume at the saved *update*.
+    """Resumable backups (weights, optimizer state, dropout RNG state) that resume at the
+    saved *update*, exactly.
 
-    The files are those of ``keras.callbacks.BackupAndRestore`` (``latest.weights.h5`` and
-    ``training_metadata.json`` in ``backup_dir``), but it differs from that callback where
-    training by updates needs it: :meth:`restore` is called before ``fit`` (so the caller can
-    plan the rest of the run from the restored ``optimizer.iterations``), backups are written
-    atomically, ``save_every_updates`` counts updates (``None``: at each epoch end), and the
-    backup is kept when training ends (rerunning a finished run is then a no-op, and longer
-    runs can continue).
+    ``backup_dir/latest.weights.h5`` is ``model.save_weights`` of the training model (the
+    Transformer's weights, the step counter and the Adam moments) plus an HDF5 group
+    ``tf_transformer_resume`` holding what Keras does not save: the state of every dropout
+    ``SeedGenerator`` and the number of training batches the run has consumed, with the
+    step they belong to. One file, written atomically, so weights, optimizer, RNG and data
+    position always agree. ``training_metadata.json`` repeats the step for people and tools.
 
-    The optimizer state (step counter, Adam moments) is part of the backup, so the learning
-    rate schedule continues where it stopped. Training after a restart loses at most the
-    updates done since the last backup.
+    It differs from ``keras.callbacks.BackupAndRestore`` where training by updates needs it:
+    :meth:`restore` is called before ``fit`` (so the caller can plan the rest of the run from
+    the restored ``optimizer.iterations`` and position the input stream), backups are
+    written atomically, ``save_every_updates`` counts updates (``None``: at each epoch end),
+    and the backup is kept when training ends (rerunning a finished run is then a no-op, and
+    longer runs can continue). Training after a restart loses at most the updates done since
+    the last backup, and continues with the batches and dropout masks it would have had.
     """
+
+    GROUP = "tf_transformer_resume"
 
     def __init__(self, backup_dir, save_every_updates: Optional[int] = None, accumulation_steps: int = 1,
                  enabled: bool = True):
@@ -156,6 +164,7 @@ class ResumableBackup(keras.callbacks.Callback):
         self._batches = 0
         self._epochs_done = 0
         self.last_saved_step: Optional[int] = None
+        self.restored_rng = False
 
     @property
     def weights_path(self) -> Path:
@@ -169,18 +178,36 @@ class ResumableBackup(keras.callbacks.Callback):
         return self.weights_path.is_file()
 
     def restore(self, model) -> Optional[int]:
-        """Load the backup into ``model`` (built, optimizer built); return the restored
-        update step, or ``None`` when there is no backup."""
+        """Load the backup into ``model`` (built, optimizer built) after checking that the
+        file is complete and every value finite; return the restored update step, or
+        ``None`` when there is no backup."""
         if not self.exists():
             return None
-        try:
-            model.load_weights(str(self.weights_path))
-        except Exception as e:  # shape/structure mismatch, unreadable file
-            raise UserError(f"cannot resume from {self.weights_path}: {e} (was the model config changed? "
-                            "use a new model directory, or remove the backup to start over)") from None
+        load_weights(model, self.weights_path, "backup")
+        state = self._read_state()
+        rng = compat.seed_generator_states(model)
+        saved = state.get("rng")
+        if saved is not None and len(saved) == len(rng):
+            for variable, value in zip(rng, saved):
+                variable.assign(np.asarray(value).astype(keras.backend.standardize_dtype(variable.dtype)))
+            self.restored_rng = True
         step = current_step(model)
+        if "step" in state and int(state["step"]) != step:
+            raise DamagedFileError(f"backup {self.weights_path}: damaged: its resume state is of step "
+                                   f"{int(state['step'])} but its optimizer of step {step}")
         self.last_saved_step = step
         return step
+
+    def _read_state(self) -> dict:
+        import h5py
+
+        with h5py.File(self.weights_path, "r") as f:
+            if self.GROUP not in f:
+                return {}
+            group = f[self.GROUP]
+            state = {key: group[key][()] for key in group}
+            state.update({key: group.attrs[key] for key in group.attrs})
+        return state
 
     def on_epoch_end(self, epoch, logs=None):
         self._epochs_done = epoch + 1
@@ -196,13 +223,23 @@ class ResumableBackup(keras.callbacks.Callback):
 
     def save(self) -> Optional[Path]:
         """Back up the fit model now (nothing when disabled or already saved at this step);
-        returns the weights path written, if any."""
+        returns the weights path written, if any. Call at an update boundary."""
         if not self.enabled:
             return None
+        import h5py
+
         step = current_step(self.model)
         if step == self.last_saved_step:
             return None
-        save_weights(self.model, self.weights_path)
+        rng = np.stack([np.asarray(keras.ops.convert_to_numpy(v)).astype(np.int64)
+                        for v in compat.seed_generator_states(self.model)] or [np.zeros([0, 2], np.int64)])
+        with atomic_path(self.weights_path, expected_bytes=state_bytes(self.model) + 2**20) as tmp:
+            self.model.save_weights(str(tmp), overwrite=True)
+            with h5py.File(tmp, "a") as f:
+                group = f.create_group(self.GROUP)
+                group.create_dataset("rng", data=rng)
+                group.attrs["step"] = step
+                group.attrs["batches"] = step * self.accumulation_steps
         atomic_write(self.metadata_path, json.dumps({"epoch": self._epochs_done, "batch": 0, "step": step}))
         self.last_saved_step = step
         return self.weights_path

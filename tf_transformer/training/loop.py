@@ -17,9 +17,19 @@ A run directory (``train.model_dir``) holds::
     backup/                      weights + optimizer state for resuming (train.backup_every_steps)
     logs/                        TensorBoard (train/ and validation/)
 
-Running the same command again after a crash resumes from ``backup/`` at the saved update
-with the step counter and learning rate continuing; after a finished run it does nothing
-but rewrite the outputs (raise ``train.train_steps`` to continue training).
+Running the same command again after a crash resumes from ``backup/`` exactly: at the saved
+update, with the step counter, learning rate, Adam moments and dropout RNG state restored and
+the input stream continuing with the batch after the last one trained on (the stream is a
+deterministic function of the seeds, and the batches consumed are skipped). A backup of
+step 0 is written before training starts, so a run can be resumed from the moment it has
+written anything. After a finished run it does nothing but rewrite the outputs (raise
+``train.train_steps`` to continue training).
+
+The run directory is a contract (:mod:`~tf_transformer.training.rundir`): a config that
+differs from its ``config.yaml`` in anything but cadence, budget and location fields, or a
+different vocabulary, is refused before anything is written (``allow_config_change=True``
+overrides on purpose). The directory is checked for write access and free space first,
+and the ``.partial-*`` leftovers of killed writes are removed.
 """
 
 from __future__ import annotations
@@ -27,7 +37,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
@@ -37,10 +46,19 @@ import numpy as np
 import tensorflow as tf
 
 from tf_transformer.config import Config, ConfigError
-from tf_transformer.errors import UserError
-from tf_transformer.io import MODEL_FILE, atomic_write, save_model, say, write_run_config
+from tf_transformer.errors import DataError, UserError
+from tf_transformer.io import (
+    MODEL_FILE,
+    atomic_copy,
+    atomic_write,
+    remove_stale_partials,
+    save_model,
+    say,
+    write_run_config,
+)
 from tf_transformer.model import count_parameters
 from tf_transformer.training import callbacks as cb
+from tf_transformer.training import rundir
 from tf_transformer.training.strategy import (
     TaskInfo,
     describe,
@@ -173,7 +191,7 @@ def _copy_vocabulary(tokenizer, model_dir: Path) -> Optional[Path]:
         return target
     atomic_write(target, tokenizer.model_proto)
     if source and Path(source).with_suffix(".vocab").is_file():
-        shutil.copyfile(Path(source).with_suffix(".vocab"), model_dir / "vocab.vocab")
+        atomic_copy(Path(source).with_suffix(".vocab"), model_dir / "vocab.vocab")
     return target
 
 
@@ -204,6 +222,7 @@ def train(
     callbacks: tuple = (),
     verbose: Union[str, int] = "auto",
     log: Callable[[str], None] = say,
+    allow_config_change: bool = False,
 ) -> TrainResult:
     """Train ``config``'s model with the paper's recipe; see the module docstring for files.
 
@@ -220,15 +239,22 @@ def train(
         callbacks: extra Keras callbacks.
         verbose: ``model.fit``'s verbose (``"auto"``: progress bar).
         log: where progress lines go (default stderr).
+        allow_config_change: continue the run in ``model_dir`` although the config differs
+            from its ``config.yaml`` in fields that change its meaning (or the vocabulary
+            differs); by default that is refused before anything is written.
 
     Returns:
         :class:`TrainResult` (``.summary()`` is the one-line report).
     """
-    run = _setup(config, model_dir, strategy, tokenizer, train_data is None or valid_data is None, log)
+    run = _setup(config, model_dir, strategy, tokenizer, train_data is None or valid_data is None, log,
+                 allow_config_change)
     train_fn, valid_fn, validation_steps = _data(run, train_data, valid_data)
     trainer, backup, start_step = _resume(run)
     _announce(run, trainer, backup, start_step)
     vocab_copy = _write_inputs(run)
+    if start_step == 0:  # every worker (each into its own directory), as the later backups
+        backup.set_model(trainer)
+        backup.save()  # step 0: resumable from the first thing written
     steps = _callbacks(run, trainer, backup, start_step, callbacks)
     history, stopped = _fit(run, trainer, steps, train_fn, valid_fn, validation_steps, start_step, verbose)
     return _save(run, trainer, steps, history, stopped, start_step, vocab_copy)
@@ -260,8 +286,10 @@ class _Callbacks:
     all: list
 
 
-def _setup(config: Config, model_dir, strategy, tokenizer, need_tokenizer: bool, log) -> _Run:
-    """Copy and resolve the config (model directory, vocabulary, strategy), seed Keras."""
+def _setup(config: Config, model_dir, strategy, tokenizer, need_tokenizer: bool, log,
+           allow_config_change: bool = False) -> _Run:
+    """Copy and resolve the config (model directory, vocabulary, strategy), check the run
+    directory (room, write access, the contract with a run already there), seed Keras."""
     from tf_transformer.data import resolve_vocabulary
 
     cfg = copy.deepcopy(config)
@@ -275,10 +303,20 @@ def _setup(config: Config, model_dir, strategy, tokenizer, need_tokenizer: bool,
         raise ConfigError("train.max_minutes cannot be used with the multiworker strategy: each worker's "
                           "clock would stop it at a different step; set train.train_steps instead")
     own_dir = model_dir if info.is_chief else model_dir / "workers" / info.name
+    cfg.validate(require_vocab=False)
+    if info.is_chief:
+        rundir.check_room(cfg, model_dir)
     if tokenizer is not None or need_tokenizer:
         tokenizer = resolve_vocabulary(cfg, model_dir / "vocab.model", tokenizer=tokenizer,
                                        build_missing=info.is_chief, log=log, who="train")
     cfg.validate(require_vocab=True)
+    rundir.resolve_pipelines_for(cfg, model_dir)
+    changed = rundir.check_contract(cfg, model_dir, tokenizer, allow_change=allow_config_change)
+    if changed:
+        log("train: continuing " + str(model_dir) + " under a changed configuration on purpose: "
+            + "; ".join(f"{f}: {a} -> {b}" for f, a, b in changed))
+    for path in remove_stale_partials(own_dir, depth=3):
+        log(f"train: removed {path}, left by a write that was killed")
     k = accumulation_steps_for(cfg.train.tokens_per_update, cfg.data.tokens_per_batch)
     keras.utils.set_random_seed(cfg.train.seed)
     return _Run(cfg, model_dir, own_dir, strategy, info, multiworker, tokenizer, k, log)
@@ -292,11 +330,17 @@ def _data(run: _Run, train_data, valid_data):
 
     cfg, multiworker = run.cfg, run.multiworker
     if train_data is None:
-        def train_fn(context):
+        _check_usable_pairs(run)
+
+        def train_fn(context, skip=0):
             return data_api.make_dataset(cfg.data, "train", run.tokenizer, training=True, input_context=context,
-                                         verbose=context.input_pipeline_id == 0)
+                                         verbose=context.input_pipeline_id == 0 and not skip, skip=skip)
     else:
-        train_fn = _as_dataset_fn(train_data, "train")
+        user_fn = _as_dataset_fn(train_data, "train")
+
+        def train_fn(context, skip=0):
+            dataset = user_fn(context)
+            return dataset.skip(skip) if skip else dataset
 
     def ours(repeat: bool):
         def fn(context):
@@ -320,6 +364,37 @@ def _data(run: _Run, train_data, valid_data):
                                   "train.validation_steps (every worker must run the same number of steps)")
             validation_steps = steps_per_replica(valid_fn, replicas)
     return train_fn, valid_fn, validation_steps
+
+
+def _check_usable_pairs(run: _Run) -> None:
+    """A training split without a single usable pair is a data error before the model is
+    built (with ``data.stats_pass`` off, the first batch is looked for instead)."""
+    from tf_transformer import data as data_api
+    from tf_transformer.data import sources
+
+    cfg = run.cfg.data
+    if cfg.stats_pass:
+        stats = data_api.dataset_statistics(cfg, "train", run.tokenizer)
+        kept = stats.kept
+    else:
+        first = data_api.make_dataset(cfg, "train", run.tokenizer, training=False, repeat=False, verbose=False)
+        kept = int(first.take(1).reduce(0, lambda n, _: n + 1))
+        stats = None
+    if not kept:
+        detail = (f" ({stats.pairs:,} read: {stats.dropped_empty:,} empty, {stats.dropped_too_long:,} longer than "
+                  f"data.max_length={cfg.max_length} tokens)") if stats is not None else ""
+        raise DataError(f"{sources.describe(cfg, 'train')}: no usable training pairs{detail}; both sides must "
+                        f"have tokens and fit data.max_length")
+
+
+def _stream(train_fn, batches: int):
+    """``train_fn`` positioned after the first ``batches`` micro-batches of the run: the
+    stream is deterministic, so skipping what was consumed continues it exactly. Each of a
+    worker's replicas dequeues one batch of that worker's pipeline per micro-batch."""
+    def fn(context):
+        per_pipeline = batches * max(1, context.num_replicas_in_sync // max(1, context.num_input_pipelines))
+        return train_fn(context, skip=per_pipeline)
+    return fn
 
 
 def _resume(run: _Run) -> tuple[TrainingModel, cb.ResumableBackup, int]:
@@ -393,7 +468,6 @@ def _callbacks(run: _Run, trainer: TrainingModel, backup: cb.ResumableBackup, st
 def _fit(run: _Run, trainer: TrainingModel, steps: _Callbacks, train_fn, valid_fn, validation_steps,
          start_step: int, verbose) -> tuple[dict, Optional[str]]:
     """The ``fit`` calls of :func:`_plan`; returns the history and why training stopped early."""
-    train_ds = distribute(run.strategy, train_fn)
     valid_ds = distribute(run.strategy, valid_fn) if valid_fn is not None else None
     history: dict[str, list] = {}
     stopped = None
@@ -404,6 +478,8 @@ def _fit(run: _Run, trainer: TrainingModel, steps: _Callbacks, train_fn, valid_f
                 f"{run.cfg.train.best_metric} at step {evaluator.best_step}): nothing to train")
         plan, stopped = [], "early_stopping"
     for initial_epoch, epochs, updates in plan:
+        # a new iterator per fit call: positioned after the batches consumed so far
+        train_ds = distribute(run.strategy, _stream(train_fn, cb.current_step(trainer) * run.k))
         h = trainer.fit(train_ds, epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=updates * run.k,
                         validation_data=valid_ds, validation_steps=validation_steps, shuffle=False,
                         callbacks=steps.all, verbose=verbose)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -220,11 +219,9 @@ class ValidationBLEU(keras.callbacks.Callback):
             self.model.stop_training = True
 
     def _append(self, row: dict) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """Rewrite the log with ``row`` (already in ``rows``) atomically: a kill leaves the
+        previous complete log, never a half line."""
+        atomic_write(self.log_path, "".join(json.dumps(r) + "\n" for r in self.rows))
 
     def _save_best(self, step: int) -> None:
         save_weights(self.transformer, self.best_dir / f"best-{step}.weights.h5")

@@ -1,0 +1,162 @@
+"""Exact resume: a run stopped and resumed (or SIGKILLed anywhere and rerun) ends with the
+weights of a run never stopped: same batches in the same order (bucketed, shuffled real
+data), same dropout masks, gradient accumulation on."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers.corpora import write_tiny_parallel_corpus
+
+REPO = Path(__file__).resolve().parents[1]
+HELPER = REPO / "tests" / "training_subprocess.py"
+
+
+def _write_config(directory: Path, vocab: str = "", **train) -> Path:
+    corpus = directory / "corpus"
+    if not corpus.is_dir():
+        write_tiny_parallel_corpus(corpus, sizes=(("train", 160), ("valid", 8)))
+    fields = {"train_steps": 12, "steps_per_epoch": 4, "warmup_steps": 4, "tokens_per_update": 256,
+              "checkpoint_every_minutes": 60, "strategy": "default", **train}
+    vocab_line = f", vocab_model: {vocab}" if vocab else ""
+    path = directory / "tiny.yaml"
+    path.write_text(f"""
+model: {{d_model: 16, num_layers: 1, num_heads: 2, d_ff: 32, dropout: 0.3, attention_dropout: 0.1}}
+data: {{source: text, train_source: {corpus}/train.en, train_target: {corpus}/train.de,
+  valid_source: {corpus}/valid.en, valid_target: {corpus}/valid.de, vocab_size: 48,
+  tokens_per_batch: 128, max_length: 24, shuffle_buffer: 64{vocab_line}}}
+train: {{{", ".join(f"{k}: {v}" for k, v in fields.items())}}}
+""")
+    return path
+
+
+def _max_diff(a, b) -> float:
+    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(a, b))
+
+
+@pytest.mark.slow
+def test_stopped_and_resumed_run_equals_a_straight_run(tmp_path, monkeypatch):
+    """12 updates straight vs 5 updates, then the same run continued to 12 (mid-epoch, two
+    micro-batches per update, dropout 0.3): bitwise-equal weights. Resuming without the
+    stream position (the data replayed from its start, as before) gives other weights."""
+    from tf_transformer.config import load_config
+    from tf_transformer.training import loop, train
+
+    config = _write_config(tmp_path)
+    straight = train(load_config(str(config)), model_dir=tmp_path / "straight", valid_data=False, verbose=0)
+    vocab = tmp_path / "vocab.model"
+    shutil.copyfile(tmp_path / "straight" / "vocab.model", vocab)
+    config = _write_config(tmp_path, vocab=str(vocab))
+    first = train(load_config(str(config), ["train.train_steps=5"]), model_dir=tmp_path / "resumed",
+                  valid_data=False, verbose=0)
+    assert first.final_step == 5 and straight.accumulation_steps == 2
+    shutil.copytree(tmp_path / "resumed", tmp_path / "replayed")
+    resumed = train(load_config(str(config)), model_dir=tmp_path / "resumed", valid_data=False, verbose=0)
+    assert (resumed.start_step, resumed.final_step) == (5, 12)
+    diff = _max_diff(straight.model.get_weights(), resumed.model.get_weights())
+    print(f"exact resume: max abs weight difference {diff}")
+    assert diff <= 1e-6
+
+    # the control: the same resume with the input stream restarted at its first batch
+    monkeypatch.setattr(loop, "_stream", lambda fn, batches: (lambda context: fn(context, skip=0)))
+    replayed = train(load_config(str(config)), model_dir=tmp_path / "replayed", valid_data=False, verbose=0)
+    assert replayed.start_step == 5
+    assert _max_diff(straight.model.get_weights(), replayed.model.get_weights()) > 1e-4
+
+
+def _env():
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow")
+    env.pop("TF_CONFIG", None)
+    return env
+
+
+def _chaos_run(config, model_dir, kill, out):
+    proc = subprocess.run([sys.executable, str(HELPER), "chaos", str(config), str(model_dir), kill, str(out)],
+                          env=_env(), cwd=REPO, capture_output=True, text=True, timeout=600)
+    return proc, json.loads(out.read_text()) if out.is_file() else None
+
+
+@pytest.mark.slow
+def test_sigkilled_run_chain_equals_an_unkilled_run(tmp_path):
+    """SIGKILL one run at 3 seeded random points (inside a backup write with its partial
+    file half written, during validation, during a step); rerunning the same command after
+    each kill ends with the weights of a run never killed."""
+    rng = np.random.default_rng(11)
+    corpus_dir = tmp_path
+    config = _write_config(corpus_dir, train_steps=12, backup_every_steps=2, validation_steps=1)
+    reference_out = tmp_path / "reference.json"
+    proc, reference = _chaos_run(config, tmp_path / "reference", "none", reference_out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    vocab = tmp_path / "vocab.model"
+    shutil.copyfile(tmp_path / "reference" / "vocab.model", vocab)
+    config = _write_config(corpus_dir, vocab=str(vocab), train_steps=12, backup_every_steps=2, validation_steps=1)
+
+    backup_at = int(rng.choice([2, 4]))  # a backup step (every 2 updates)
+    validation_at = int(rng.choice([5, 6, 7, 8]))  # validation runs after updates 8 (epoch 2): >= 5
+    step_at = int(rng.choice([9, 11]))  # between backups
+    kills = [f"backup:{backup_at}", f"validation:{validation_at}", f"step:{step_at}"]
+    run = tmp_path / "killed"
+    lost = []
+    for i, kill in enumerate(kills):
+        proc, report = _chaos_run(config, run, kill, tmp_path / f"kill{i}.json")
+        assert proc.returncode == -9, (kill, proc.returncode, proc.stderr[-3000:])
+        assert report and report["killed"] == kill
+        if i == 1:  # the rerun after the kill inside the backup write cleared its partial file
+            assert "removed" in proc.stderr and ".partial-" in proc.stderr
+        saved = json.loads((run / "backup" / "training_metadata.json").read_text())["step"]
+        reached = int(kill.split(":")[1]) if kill.split(":")[0] != "validation" else 8
+        lost.append(reached - saved)
+        if i == 0:
+            assert saved == backup_at - 2, "the killed backup write must leave the previous backup"
+            assert list((run / "backup").glob(".partial-*")), "the kill was meant to leave a partial backup"
+    proc, final = _chaos_run(config, run, "none", tmp_path / "final.json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not list(run.rglob(".partial-*"))
+    assert final["final_step"] == 12
+    diff = _max_diff(reference["weights"], final["weights"])
+    per_step = reference["train_seconds"] / 12
+    lost_seconds = [steps * per_step for steps in lost]
+    print(f"chaos: kills {kills}; updates lost per kill {lost}; final max abs weight difference "
+          f"{diff}; about {np.mean(lost_seconds):.2f} s of training lost per kill")
+    assert diff <= 1e-6
+
+
+def test_partial_files_of_killed_writes_are_removed(tmp_path):
+    """``.partial-<pid>-*`` left by a dead process are removed; a live writer's are kept."""
+    from tf_transformer.io import remove_stale_partials
+
+    (tmp_path / "backup").mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    stale = tmp_path / "backup" / f".partial-{dead_pid}-latest.weights.h5"
+    stale.write_bytes(b"x" * 100)
+    live = tmp_path / f".partial-{os.getppid()}-config.yaml"
+    live.write_text("y")
+    keep = tmp_path / "backup" / "latest.weights.h5"
+    keep.write_bytes(b"z")
+    removed = remove_stale_partials(tmp_path)
+    assert removed == [stale] and not stale.exists()
+    assert live.exists() and keep.exists()
+
+
+def test_atomic_write_leaves_the_old_file_when_the_write_fails(tmp_path):
+    from tf_transformer.errors import WriteError
+    from tf_transformer.io import atomic_path
+
+    target = tmp_path / "f.txt"
+    target.write_text("old")
+    with pytest.raises(WriteError, match=r"f\.txt: \[Errno 28 ENOSPC\]"):
+        with atomic_path(target) as tmp:
+            tmp.write_text("half")
+            raise OSError(28, "No space left on device")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+    with pytest.raises(WriteError, match="MiB needed"):
+        with atomic_path(target, expected_bytes=2**62):
+            pass
+    assert target.read_text() == "old"

@@ -117,8 +117,8 @@ class Transformer(keras.Model):
     def build(self, input_shape=None):
         width = (None, None, self.d_model)
         self.embedding.build()
-        if isinstance(self.positions, LearnedPositionalEmbedding):
-            self.positions.build(width)
+        self.positions.build(width)
+        self.embedding_dropout.build(width)
         self.encoder.build(width)
         self.decoder.build(width, width)
         self.built = True
@@ -237,6 +237,19 @@ class Transformer(keras.Model):
         new_cache["source_mask"] = cache["source_mask"]
         logits = ops.cast(self.embedding.logits(hidden[:, 0]), "float32")
         return logits, new_cache
+
+
+def as_transformer(model):
+    """``model`` itself if it is a :class:`Transformer` (or anything that decodes like one),
+    else the Transformer it wraps (``TrainingModel.transformer``: what ``tft tune``'s and
+    Keras Tuner's ``get_best_models()`` return)."""
+    if hasattr(model, "decode_step"):
+        return model
+    inner = getattr(model, "transformer", None)
+    if inner is not None and hasattr(inner, "decode_step"):
+        return inner
+    raise TypeError(f"{type(model).__name__} is neither a tf_transformer Transformer nor a model wrapping one "
+                    "(expected .decode_step or .transformer)")
 
 
 def count_parameters(model) -> int:

@@ -153,7 +153,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", default="-", help="input file, one sentence per line (default: stdin)")
     parser.add_argument("--output", default="-", help="output file (default: stdout)")
     parser.add_argument("--scores", action="store_true",
-                        help="write 'score<TAB>translation' (score = length-normalised log-probability)")
+                        help="write 'score<TAB>translation'. The score is the one the search ranks by: beam "
+                             "search (--beam > 1): the length-normalised log-probability log P(Y|X) / "
+                             "((5+|Y|)/6)^alpha, |Y| counting EOS; greedy (--beam 1): the total log-probability "
+                             "log P(Y|X)")
 
 
 def run(args: argparse.Namespace) -> int:

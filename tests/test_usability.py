@@ -117,3 +117,234 @@ def _help(command, capsys):
     with pytest.raises(SystemExit):
         main([command, "--help"])
     return capsys.readouterr().out
+
+
+# -- One CLI grammar -----------------------------------------------------------------------------
+
+
+def test_help_of_every_command_imports_no_tensorflow():
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom tf_transformer.cli import COMMANDS, main\nfor c in COMMANDS:\n"
+            "    try:\n        main([c, '--help'])\n    except SystemExit:\n        pass\n"
+            "print('LOADED', sorted(m for m in ('tensorflow', 'keras', 'tensorflow_text', 'matplotlib') "
+            "if m in sys.modules), file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "LOADED []" in proc.stderr
+    assert proc.stdout.count("usage: tft ") == len(__import__("tf_transformer.cli").cli.COMMANDS)
+
+
+def _parsers():
+    from tf_transformer.cli import COMMANDS, build_parser
+
+    for name in COMMANDS:
+        yield name, build_parser(name).command_parsers[name]
+
+
+def test_every_help_shows_its_defaults_and_no_markup():
+    for name, parser in _parsers():
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if not action.option_strings or action.help is None or action.dest == "help":
+                continue
+            text = formatter._get_help_string(action)
+            if action.default not in (None, False, []) and not action.required:
+                assert "default" in text.lower(), (name, action.option_strings, text)
+        text = parser.format_help()
+        for markup in ("``", ":mod:", ":func:", ":class:", "::\n", "**"):
+            assert markup not in text, (name, markup)
+
+
+def test_config_and_set_are_spelled_the_same_everywhere():
+    seen = []
+    for name, parser in _parsers():
+        actions = {a.dest: a for a in parser._actions}
+        if "config" in actions:
+            seen.append(name)
+            assert actions["config"].option_strings == ["-c", "--config"], name
+            assert actions["overrides"].option_strings == ["--set"] and actions["overrides"].nargs is None, name
+        assert "base_config" not in actions and "beam_size" not in actions, name
+    assert set(seen) >= {"build-vocab", "train", "translate", "evaluate", "export", "tune", "ablate", "config"}
+
+
+def test_set_with_two_values_says_how_to_repeat_it(capsys):
+    from tf_transformer.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "-c", "multi30k_small", "--set", "train.train_steps=5", "model.dropout=0.3"])
+    assert exit_info.value.code == 2
+    assert "repeat it: --set model.dropout=0.3" in capsys.readouterr().err
+
+
+def test_config_show_prints_the_resolved_yaml(tmp_path, capsys):
+    from tf_transformer.cli import main
+    from tf_transformer.config import load_config
+
+    assert main(["config", "show", "-c", "multi30k_tiny", "--set", "train.train_steps=7",
+                 "--set", "decode.beam_size=5"]) == 0
+    shown = tmp_path / "shown.yaml"
+    shown.write_text(capsys.readouterr().out)
+    again = load_config(str(shown))
+    assert again.to_dict() == load_config("multi30k_tiny", ["train.train_steps=7", "decode.beam_size=5"]).to_dict()
+    assert again.train.train_steps == 7 and again.decode.beam_size == 5
+    assert main(["config", "show", "--set", "model.d_model=500"]) == 2
+    assert "model.d_model=500 is not divisible" in capsys.readouterr().err
+    assert main(["config", "list"]) == 0
+    assert "table3/C3" in capsys.readouterr().out.split()
+
+
+def test_plain_strips_rest():
+    from tf_transformer.cli._common import plain
+
+    text = ("Run it::\n\n    tft x\n\nSee :mod:`tf_transformer.tuning.rows` and :class:`~a.b.Trainer`, "
+            "``--list``, **PPL**.")
+    assert plain(text) == "Run it:\n\n    tft x\n\nSee tf_transformer.tuning.rows and Trainer, --list, PPL."
+
+
+# -- The run directory knows its model ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def run_dir(assets, tmp_path_factory):
+    import shutil
+
+    d = tmp_path_factory.mktemp("run")
+    shutil.copy(assets[0], d / "model.keras")
+    shutil.copy(assets[1], d / "vocab.model")
+    (d / "config.yaml").write_text("decode: {beam_size: 1, max_extra_length: 5}\n")
+    return d
+
+
+def test_translate_takes_the_run_directory(assets, run_dir, tmp_path, capsys):
+    from tf_transformer.cli import main
+
+    src = tmp_path / "in.txt"
+    src.write_text("a dog runs in the park.\nthe girl plays.\n")
+    assert main(["translate", "--model", str(run_dir), "--input", str(src), "--output", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    assert f"--vocab {run_dir / 'vocab.model'}" in err and f"--config {run_dir / 'config.yaml'}" in err
+    assert "greedy, max +5 tokens" in err  # the run's decode section
+    assert main(["translate", "--model", assets[0], "--vocab", assets[1], "--beam", "1", "--max-extra-len", "5",
+                 "--input", str(src), "--output", str(tmp_path / "b")]) == 0
+    assert (tmp_path / "a").read_text() == (tmp_path / "b").read_text()
+    # a .keras file inside the run directory gets the same defaults
+    assert main(["translate", "--model", str(run_dir / "model.keras"), "--input", str(src),
+                 "--output", str(tmp_path / "c")]) == 0
+    assert (tmp_path / "c").read_text() == (tmp_path / "a").read_text()
+
+
+def test_model_directory_without_a_model_is_one_line(tmp_path, capsys):
+    from tf_transformer.cli import main
+
+    (tmp_path / "averaged.keras").write_text("")
+    assert main(["translate", "--model", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"--model {tmp_path}: a directory without model.keras" in err and "averaged.keras" in err
+
+
+def test_model_vocab_size_follows_the_built_vocabulary(assets):
+    from tf_transformer.config import load_config
+    from tf_transformer.data.tokenizer import resolve_vocabulary
+
+    cfg = load_config("multi30k_small", [f"data.vocab_model={assets[1]}"])
+    assert cfg.model.vocab_size == 8000
+    said = []
+    tok = resolve_vocabulary(cfg, "unused", log=said.append)
+    assert cfg.model.vocab_size == tok.vocab_size == 48
+    assert said == [f"train: model.vocab_size=8000 of the config replaced by 48, the size of the vocabulary "
+                    f"{assets[1]}"]
+
+
+# -- plot-attention ----------------------------------------------------------------------------------
+
+
+def test_attention_labels_and_figure_size():
+    from tf_transformer.viz.attention import MAX_INCHES, display_pieces, plot_heatmaps, predicted_pieces
+
+    assert display_pieces(["\u2581Ein", "\u2581Hund", "e", "\u2581"]) == ["Ein", "Hund", "e", "\u2423"]
+    assert predicted_pieces(["<s>", "\u2581Ein", "\u2581Hund"]) == ["\u2581Ein", "\u2581Hund", "</s>"]
+    rng = np.random.default_rng(0)
+    w = rng.random((8, 200, 180))
+    w /= w.sum(-1, keepdims=True)
+    fig = plot_heatmaps(w, [f"\u2581q{i}" for i in range(200)], [f"k{i}" for i in range(180)],
+                        query_label="predicting", key_label="source", head_labels=range(8))
+    width, height = fig.get_size_inches()
+    assert width <= MAX_INCHES + 1e-6 and height <= MAX_INCHES + 1e-6
+    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    assert len(fig.axes) - len(panels) == 1  # one colourbar
+    first = panels[0]
+    assert [t.get_text() for t in first.get_yticklabels()][:2] == ["q0", "q1"]
+    assert first.get_ylabel() == "predicting" and panels[4].get_xlabel() == "source"
+    assert [ax.get_title() for ax in panels[:2]] == ["head 0", "head 1"]
+
+
+def test_plot_attention_writes_exactly_output(run_dir, tmp_path, capsys):
+    from tf_transformer.cli import main
+
+    out = tmp_path / "figs" / "cross.png"
+    out.parent.mkdir()
+    assert main(["plot-attention", "--model", str(run_dir), "--sentence", "a dog runs.", "--attention", "cross",
+                 "--heads", "1", "--output", str(out)]) == 0
+    assert sorted(p.name for p in out.parent.iterdir()) == ["cross.png"]
+    assert out.read_bytes().startswith(b"\x89PNG")
+    assert "1 heads" in capsys.readouterr().out
+
+
+def test_cli_attention_kinds_are_the_models():
+    from tf_transformer.cli.viz import KINDS
+    from tf_transformer.viz.attention import KINDS as NAMES
+
+    assert sorted(KINDS) == sorted(NAMES)
+
+
+# -- A quiet, honest log -----------------------------------------------------------------------------
+
+
+class _Stream:
+    def __init__(self, tty):
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+def test_progress_lines_when_stdout_is_not_a_terminal():
+    import types
+
+    from tf_transformer.config import TrainConfig
+    from tf_transformer.training.progress import ProgressLines, resolve_verbose
+
+    train = TrainConfig(train_steps=10, steps_per_epoch=4, log_every_steps=3)
+    assert resolve_verbose("auto", train, stream=_Stream(True)) == (1, [])
+    verbose, extra = resolve_verbose("auto", train, stream=_Stream(False))
+    assert verbose == 0 and len(extra) == 1 and isinstance(extra[0], ProgressLines)
+    assert resolve_verbose("auto", train, enabled=False, stream=_Stream(False)) == (0, [])  # not the chief
+    assert resolve_verbose(2, train, stream=_Stream(False)) == (2, [])
+
+    lines = []
+    progress = ProgressLines(3, 10, 3, write=lines.append)
+    model = types.SimpleNamespace(optimizer=types.SimpleNamespace(iterations=np.int64(0)))
+    progress.set_model(model)
+    progress.on_train_begin()
+    progress.on_epoch_begin(0)
+    for step in range(1, 5):  # two Keras batches per update (gradient accumulation): lines once per update
+        for _ in range(2):
+            model.optimizer.iterations = np.int64(step)
+            progress.on_train_batch_end(0, {"loss": 2.5, "accuracy": 0.25})
+    progress.on_epoch_end(0, {"loss": 2.0, "val_loss": 1.75})
+    assert len(lines) == 2
+    assert lines[0].startswith("update 3/10  epoch 1/3  loss 2.5000  accuracy 0.2500  ")
+    assert lines[0].endswith(" updates/s")
+    assert lines[1] == "epoch 1/3 (update 4): loss 2.0000  val_loss 1.7500"
+
+
+def test_tensorflow_start_up_lines_are_filtered_and_nothing_else():
+    from tf_transformer.cli._quiet import is_noise
+
+    assert is_noise("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR")
+    assert is_noise("I0000 00:00:1796151256.033911   31849 cudart_stub.cc:31] Could not find cuda drivers on your "
+                    "machine, GPU will not be used.")
+    assert not is_noise("E0000 00:00:1796151256.033911   31849 some_kernel.cc:12] Out of memory")
+    assert not is_noise("Traceback (most recent call last):")

@@ -348,3 +348,35 @@ def test_tensorflow_start_up_lines_are_filtered_and_nothing_else():
                     "machine, GPU will not be used.")
     assert not is_noise("E0000 00:00:1796151256.033911   31849 some_kernel.cc:12] Out of memory")
     assert not is_noise("Traceback (most recent call last):")
+
+
+# -- Evaluation and tuning say what they mean ---------------------------------------------------------
+
+
+def test_evaluation_warns_when_most_outputs_are_empty():
+    from tf_transformer.evaluation.bleu import empty_outputs
+
+    sources = ["a", "b", "c", "", "d"]
+    assert empty_outputs(["x", "", "y", "", "z"], sources) is None  # 1 of 4 asked
+    assert empty_outputs(["x", "", "", "", "z"], sources) is None  # 2 of 4: not most
+    text = empty_outputs(["", "", "", "", "z"], sources)
+    assert text.startswith("3 of 4 translations (75%) are empty")
+
+
+def test_signatures_name_each_field_once():
+    from tf_transformer.evaluation.bleu import evaluate_translations
+
+    scores = evaluate_translations(["Ein Hund läuft im Schnee."], ["Ein Hund rennt im Schnee."])
+    for key, score in scores.items():
+        names = [part.split(":", 1)[0] for part in score.signature.split("|")]
+        assert len(names) == len(set(names)), (key, score.signature)
+    assert "tok:13a+compound-split(##AT##-##AT##)" in scores["bleu_paper"].signature.split("|")
+    assert "case:mixed" in scores["bleu_paper"].signature.split("|")
+    assert "tok:moses-de" in scores["bleu_lc_moses"].signature.split("|")
+
+
+def test_trial_numbers_are_keras_tuners():
+    from tf_transformer.tuning.search import trial_number
+
+    # Keras Tuner prints "Search: Running Trial #1" for trial id "00" (and "0000" under Hyperband)
+    assert [trial_number(t) for t in ("00", "01", "0011", "x")] == ["#1", "#2", "#12", "x"]

@@ -78,7 +78,7 @@ def load_pairs(args, cfg):
 def run(args: argparse.Namespace) -> int:
     from tf_transformer.cli.decode import build_translator, decode_settings, describe
     from tf_transformer.decoding.translator import ProgressBar
-    from tf_transformer.evaluation.bleu import evaluate_translations, format_scores
+    from tf_transformer.evaluation.bleu import empty_outputs, evaluate_translations, format_scores
 
     cfg, _ = decode_settings(args)
     sources, refs, what = load_pairs(args, cfg)  # before the model: data errors come fast
@@ -93,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
     if stats.truncated:
         print(f"tft evaluate: warning: {stats.truncated} source(s) longer than the model limit of "
               f"{translator.limit} tokens were cut to it", file=sys.stderr)
+    warning = empty_outputs(hyps, sources)
+    if warning:
+        print(f"tft evaluate: warning: {warning}", file=sys.stderr)
     scores = evaluate_translations(hyps, refs, lang=(cfg.data.target_lang if cfg else "de"))
     print(f"# {what}: {len(sources):,} sentences, {describe(decode)}")
     for line in format_scores(scores):

@@ -380,3 +380,98 @@ def test_trial_numbers_are_keras_tuners():
 
     # Keras Tuner prints "Search: Running Trial #1" for trial id "00" (and "0000" under Hyperband)
     assert [trial_number(t) for t in ("00", "01", "0011", "x")] == ["#1", "#2", "#12", "x"]
+
+
+# -- The Python API ------------------------------------------------------------------------------------
+
+
+def _readme_python_script() -> str:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text.split("### From Python", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_readme_from_python_script_runs(tmp_path):
+    """The README's "From Python" script, verbatim, in a fresh process (nothing imported first)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = _readme_python_script()
+    assert "keras.saving.load_model" in script and ".translate(" in script and "make_dataset" in script
+    (tmp_path / "script.py").write_text(script)
+    repo = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True, env=env,
+                          timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = eval(proc.stdout.strip().splitlines()[-1])  # the list of two translations
+    assert isinstance(printed, list) and len(printed) == 2 and all(isinstance(t, str) for t in printed)
+    assert "Epoch 3/3" in proc.stdout and "val_loss" in proc.stdout
+    assert (tmp_path / "py-run" / "model.keras").is_file() and (tmp_path / "py-run" / "spm.model").is_file()
+
+
+def test_keras_load_model_after_importing_the_package_only(assets):
+    import subprocess
+    import sys
+
+    code = ("import sys, tf_transformer\nassert 'keras' not in sys.modules\nimport keras\n"
+            f"m = keras.saving.load_model({assets[0]!r})\nprint(type(m).__name__, m.vocab_size)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["Transformer", "48"]
+
+
+def test_make_dataset_from_pairs_without_a_config(assets, tmp_path):
+    from helpers.tiny_model import toy_sentences
+
+    from tf_transformer.data import BOS_ID, EOS_ID, make_dataset
+    from tf_transformer.decoding.translator import load_tokenizer
+    from tf_transformer.errors import DataError
+
+    tok = load_tokenizer(assets[1])
+    sources, targets = toy_sentences(50, seed=3), toy_sentences(50, seed=4)
+    ds = make_dataset((sources, targets), tokenizer=tok, training=False, tokens_per_batch=256, verbose=False)
+    seen = []
+    for (src, tgt_in), tgt_out in ds:
+        src, tgt_in, tgt_out = src.numpy(), tgt_in.numpy(), tgt_out.numpy()
+        assert src.size <= 256 and tgt_out.size <= 256
+        for s, ti, to in zip(src, tgt_in, tgt_out):
+            assert ti[0] == BOS_ID and EOS_ID in to
+            seen.append((tuple(int(i) for i in s if i), tuple(int(i) for i in to if i and i != EOS_ID)))
+    expected = {(tuple(tok.encode([s])[0]), tuple(tok.encode([t])[0])) for s, t in zip(sources, targets)}
+    assert len(seen) == 50 and set(seen) == expected
+    # the same pairs as files
+    (tmp_path / "a.txt").write_text("\n".join(sources) + "\n")
+    (tmp_path / "b.txt").write_text("\n".join(targets) + "\n")
+    from_files = make_dataset((str(tmp_path / "a.txt"), str(tmp_path / "b.txt")), tokenizer=tok, training=False,
+                              tokens_per_batch=256, verbose=False)
+    assert sum(int(x[1].shape[0]) for x in from_files) == 50
+    with pytest.raises(DataError, match="50 sources but 49 targets"):
+        make_dataset((sources, targets[:-1]), tokenizer=tok)
+
+
+def test_make_optimizer_keyword_arguments():
+    from tf_transformer.training import TransformerSchedule, make_optimizer
+
+    opt = make_optimizer(d_model=256, warmup_steps=400, adam_beta_2=0.997)
+    assert opt.beta_2 == pytest.approx(0.997) and opt.beta_1 == pytest.approx(0.9)
+    schedule = opt.get_config()["learning_rate"]["config"]
+    assert (schedule["d_model"], schedule["warmup_steps"]) == (256, 400)
+    assert isinstance(TransformerSchedule.from_config(schedule), TransformerSchedule)
+    with pytest.raises(TypeError, match="unknown TrainConfig field"):
+        make_optimizer(d_model=256, warmpu_steps=400)
+
+
+def test_model_translate_is_the_translator(assets):
+    from tf_transformer.decoding.translator import Translator, load_model, load_tokenizer
+
+    model = load_model(assets[0])
+    tok = load_tokenizer(assets[1], model)
+    texts = ["a dog runs in the park.", "", "the girl plays."]
+    expected = Translator(model, tok, beam_size=2).translate(texts)[0]
+    assert model.translate(texts, tok, beam_size=2) == expected
+    assert model.translate(texts[0], tok, beam_size=2) == expected[0]

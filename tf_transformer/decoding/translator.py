@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from tf_transformer.errors import UserError
 from tf_transformer.io import load_model  # noqa: F401 (its home before tf_transformer.io)
 
-__all__ = ["ProgressBar", "TranslationStats", "Translator", "load_model", "load_tokenizer", "read_lines"]
+__all__ = ["ProgressBar", "TranslationStats", "Translator", "load_model", "load_tokenizer", "read_lines", "translate"]
 
 
 @dataclasses.dataclass
@@ -245,3 +245,16 @@ class Translator:
         for i, text in enumerate(decoded):
             result.append(text.replace("\r", " ").replace("\n", " ") if sources[i] else "")
         return result, scores, stats
+
+
+def translate(model, texts: Sequence[str] | str, tokenizer, beam_size: int = 4, alpha: float = 0.6,
+              max_extra_length: int = 50, batch_size: int = 64) -> list[str] | str:
+    """One call: translate ``texts`` (a list, or one string) with ``model`` (a Transformer or a
+    model wrapping one) and its ``tokenizer``; returns the translations (a string for a string).
+    Also ``Transformer.translate(texts, tokenizer, ...)``. For many calls with one setting,
+    build a :class:`Translator` once (it compiles the decoding graph once)."""
+    single = isinstance(texts, str)
+    translator = Translator(model, tokenizer, beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length,
+                            batch_size=batch_size)
+    outputs, _, _ = translator.translate([texts] if single else list(texts))
+    return outputs[0] if single else outputs

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-import tempfile
 
 #: Lines TensorFlow writes at import on a machine without a GPU that carry no information for a
 #: ``tft`` user (each matched as a whole line).
@@ -38,6 +37,8 @@ def import_tensorflow() -> None:
     """Import TensorFlow and Keras with the :data:`NOISE` lines of file descriptor 2 dropped."""
     if "tensorflow" in sys.modules:
         return
+    import tempfile
+
     sys.stderr.flush()
     try:
         saved = os.dup(2)

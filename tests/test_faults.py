@@ -48,6 +48,11 @@ def run(tmp_path_factory):
     return {"base": base, "corpus": corpus, "config": config, "dir": model_dir}
 
 
+def _sets(*overrides):
+    """``--set a --set b ...``: one field per ``--set``, as every command takes them."""
+    return [arg for o in overrides for arg in ("--set", o)]
+
+
 def _call(argv, capsys):
     code = main([str(a) for a in argv])
     err = capsys.readouterr().err.strip()
@@ -86,7 +91,7 @@ CONTRACT_CASES = [
 def test_changed_config_is_refused_before_anything_is_written(run, capsys, case, overrides, expected):
     before = _hashes(run["dir"])
     code, err = _call(["train", "--config", run["config"], "--model-dir", run["dir"], "--verbose", "0",
-                       "--set", *overrides, "train.train_steps=4"], capsys)
+                       *_sets(*overrides, "train.train_steps=4")], capsys)
     _assert_refused(code, err, expected, run["dir"] / "config.yaml", "--allow-config-change")
     assert "train.train_steps" not in err  # allowed to differ: not listed
     assert _hashes(run["dir"]) == before
@@ -96,7 +101,7 @@ def test_other_training_files_are_refused(run, capsys):
     other = write_tiny_parallel_corpus(run["base"] / "other_corpus", sizes=(("train", 50), ("valid", 6)), seed=3)
     before = _hashes(run["dir"])
     code, err = _call(["train", "--config", run["config"], "--model-dir", run["dir"], "--verbose", "0",
-                       "--set", f"data.train_source={other}/train.en", f"data.train_target={other}/train.de"], capsys)
+                       *_sets(f"data.train_source={other}/train.en", f"data.train_target={other}/train.de")], capsys)
     _assert_refused(code, err, f"data.train_source: {run['corpus']}/train.en -> {other}/train.en",
                     "data.train_target")
     assert _hashes(run["dir"]) == before
@@ -118,8 +123,9 @@ def test_other_vocabulary_is_refused_and_not_copied_over(run, capsys):
 def test_allowed_changes_continue_the_run(run, capsys):
     """train_steps, cadence and decode settings may differ: the run continues (on a copy)."""
     copy = _copy(run, "allowed")
-    code, err = _call(["train", "--config", run["config"], "--model-dir", copy, "--verbose", "0", "--set",
-                       "train.train_steps=3", "train.checkpoint_every_minutes=30", "decode.beam_size=2"], capsys)
+    code, err = _call(["train", "--config", run["config"], "--model-dir", copy, "--verbose", "0",
+                       *_sets("train.train_steps=3", "train.checkpoint_every_minutes=30", "decode.beam_size=2")],
+                      capsys)
     assert code == 0, err
     assert "resuming at step 2" in err
 
@@ -130,8 +136,8 @@ def test_allowed_changes_continue_the_run(run, capsys):
 def test_learned_positions_shorter_than_data_max_length(run, capsys):
     before = _hashes(run["dir"])
     fresh = run["base"] / "learned"
-    code, err = _call(["train", "--config", run["config"], "--model-dir", fresh, "--verbose", "0", "--set",
-                       "model.position_encoding=learned", "model.max_length=16"], capsys)
+    code, err = _call(["train", "--config", run["config"], "--model-dir", fresh, "--verbose", "0",
+                       *_sets("model.position_encoding=learned", "model.max_length=16")], capsys)
     _assert_refused(code, err, "model.max_length=16", "data.max_length=24")
     assert not fresh.exists()
     assert _hashes(run["dir"]) == before
@@ -144,9 +150,9 @@ def test_zero_usable_pairs(run, capsys):
     (empty / "train.de").write_text("\n\n\n")
     before = _hashes(run["dir"])
     fresh = run["base"] / "zero"
-    code, err = _call(["train", "--config", run["config"], "--model-dir", fresh, "--verbose", "0", "--set",
-                       f"data.train_source={empty}/train.en", f"data.train_target={empty}/train.de",
-                       f"data.vocab_model={run['dir']}/vocab.model"], capsys)
+    code, err = _call(["train", "--config", run["config"], "--model-dir", fresh, "--verbose", "0",
+                       *_sets(f"data.train_source={empty}/train.en", f"data.train_target={empty}/train.de",
+                              f"data.vocab_model={run['dir']}/vocab.model")], capsys)
     _assert_refused(code, err, f"{empty}/train.{{en,de}}", "no usable training pairs", "3 empty")
     assert not (fresh / "model.keras").exists() and not (fresh / "backup").exists()
     assert _hashes(run["dir"]) == before
@@ -195,8 +201,9 @@ def test_full_disk(run, capsys, small_tmpfs):
     """A 256 KiB file system: one line naming the path and ENOSPC, exit 2, no partial file."""
     before = _hashes(run["dir"])
     target = small_tmpfs / "run"
-    code, err = _call(["train", "--config", run["config"], "--model-dir", target, "--verbose", "0", "--set",
-                       f"data.vocab_model={run['dir']}/vocab.model", "model.d_model=64", "model.d_ff=256"], capsys)
+    code, err = _call(["train", "--config", run["config"], "--model-dir", target, "--verbose", "0",
+                       *_sets(f"data.vocab_model={run['dir']}/vocab.model", "model.d_model=64", "model.d_ff=256")],
+                      capsys)
     _assert_refused(code, err, small_tmpfs, "Errno 28 ENOSPC")
     assert not list(small_tmpfs.rglob(".partial-*"))
     assert _hashes(run["dir"]) == before

@@ -228,7 +228,7 @@ train: {{train_steps: 6, steps_per_epoch: 3, warmup_steps: 4, checkpoint_every_m
 """)
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "tf_transformer.cli", "train", "--config", str(config), "--model-dir", str(run),
-           "--set", "train.train_steps=4", "train.label_smoothing=0.2", "--verbose", "2"]
+           "--set", "train.train_steps=4", "--set", "train.label_smoothing=0.2", "--verbose", "2"]
     out = subprocess.run(cmd, check=False, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-2000:]
     summary = out.stdout.strip().splitlines()[-1]

@@ -59,7 +59,7 @@ def tiny(tmp_path_factory):
 @pytest.mark.filterwarnings("error:Your input ran out of data")  # scoring a whole split is not an error
 def test_two_rows_end_to_end_and_resume(tiny, tmp_path, capsys):
     out = tmp_path / "ablate"
-    args = ["ablate", "--rows", "E", "--steps", "2", "--beam-size", "1", "--bleu-sentences", "6", "--output", str(out),
+    args = ["ablate", "--rows", "E", "--steps", "2", "--beam", "1", "--bleu-sentences", "6", "--output", str(out),
             "--no-validation", "--verbose", "0", *sum((["--set", o] for o in tiny), [])]
     assert main(args) == 0
     assert "2 row(s) in the report (2 trained now)" in capsys.readouterr().out

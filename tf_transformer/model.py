@@ -18,6 +18,7 @@ Decoding (what beam search calls)::
 from __future__ import annotations
 
 import dataclasses
+import importlib
 
 import keras
 from keras import ops
@@ -117,8 +118,8 @@ class Transformer(keras.Model):
     def build(self, input_shape=None):
         width = (None, None, self.d_model)
         self.embedding.build()
-        if isinstance(self.positions, LearnedPositionalEmbedding):
-            self.positions.build(width)
+        self.positions.build(width)
+        self.embedding_dropout.build(width)
         self.encoder.build(width)
         self.decoder.build(width, width)
         self.built = True
@@ -205,6 +206,18 @@ class Transformer(keras.Model):
         _, dec = self.decode(target_input_ids, memory, source_mask, training=False, return_attention_scores=True)
         return {"encoder_self": enc, "decoder_self": [w[0] for w in dec], "decoder_cross": [w[1] for w in dec]}
 
+    def translate(self, texts, tokenizer, beam_size: int = 4, alpha: float = 0.6, max_extra_length: int = 50,
+                  batch_size: int = 64):
+        """Translate ``texts`` (a list of strings, or one string) with this model and its
+        ``tokenizer`` (a :class:`tf_transformer.data.Tokenizer`): beam search as the paper
+        (``beam_size=1``: greedy). Returns the translations. See
+        :func:`tf_transformer.decoding.translate`."""
+        # The decoding layer sits above this module (and needs TensorFlow): it is found at run
+        # time, so that importing the model stays keras.ops-only.
+        decoding = importlib.import_module("tf_transformer.decoding.translator")
+        return decoding.translate(self, texts, tokenizer, beam_size=beam_size, alpha=alpha,
+                                  max_extra_length=max_extra_length, batch_size=batch_size)
+
     # -- incremental decoding ---------------------------------------------------------
     def init_cache(self, memory, source_mask, max_length):
         """Decoding state for ``max_length`` output positions.
@@ -237,6 +250,19 @@ class Transformer(keras.Model):
         new_cache["source_mask"] = cache["source_mask"]
         logits = ops.cast(self.embedding.logits(hidden[:, 0]), "float32")
         return logits, new_cache
+
+
+def as_transformer(model):
+    """``model`` itself if it is a :class:`Transformer` (or anything that decodes like one),
+    else the Transformer it wraps (``TrainingModel.transformer``: what ``tft tune``'s and
+    Keras Tuner's ``get_best_models()`` return)."""
+    if hasattr(model, "decode_step"):
+        return model
+    inner = getattr(model, "transformer", None)
+    if inner is not None and hasattr(inner, "decode_step"):
+        return inner
+    raise TypeError(f"{type(model).__name__} is neither a tf_transformer Transformer nor a model wrapping one "
+                    "(expected .decode_step or .transformer)")
 
 
 def count_parameters(model) -> int:

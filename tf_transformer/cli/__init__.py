@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
+import re
 import sys
+
+from tf_transformer.cli._common import HelpFormatter
+from tf_transformer.cli._quiet import import_tensorflow, quiet_environment
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "build-vocab": ("tf_transformer.cli.data", "train the shared SentencePiece vocabulary"),
@@ -33,12 +36,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ablate": ("tf_transformer.cli.tune", "train Table 3 rows at small scale and report"),
     "plot-attention": ("tf_transformer.cli.viz", "draw attention weights like the paper's appendix"),
     "params": ("tf_transformer.cli.params", "count parameters of presets beside the paper's column"),
+    "config": ("tf_transformer.cli.config", "print a resolved config as YAML, or list the presets"),
 }
 
-
-def _quiet_tensorflow() -> None:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+#: Commands that run without TensorFlow (the others import it, quietly, before they run).
+WITHOUT_TENSORFLOW = {"config"}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -51,8 +53,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"tf-transformer {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.command_parsers = {}
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=HelpFormatter)
+        parser.command_parsers[name] = p
         if name == command:
             mod = importlib.import_module(module)
             configure = getattr(mod, "configure_" + name.replace("-", "_"), None) or mod.configure
@@ -66,16 +70,19 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in argv if not a.startswith("-")), None)
     if command not in COMMANDS:
         command = None
-    if command is not None:
-        _quiet_tensorflow()
+    quiet_environment()  # before anything can import TensorFlow
     parser = build_parser(command)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _unrecognized(parser, command, extra)
     if args.command is None:
         parser.print_help()
         return 0
     from tf_transformer.errors import UserError
 
     try:
+        if args.command not in WITHOUT_TENSORFLOW and getattr(args, "engine", "tensorflow") == "tensorflow":
+            import_tensorflow()
         code = args._run(args)
     except UserError as e:
         print(f"tft {args.command}: error: {e}", file=sys.stderr)
@@ -91,3 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tft {args.command}: interrupted", file=sys.stderr)
         return 130
     return int(code or 0)
+
+
+def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> None:
+    """argparse's "unrecognized arguments" error, with the fix when they are config overrides
+    written after one ``--set`` (``--set takes one SECTION.FIELD=VALUE``)."""
+    overrides = [a for a in extra if re.fullmatch(r"[A-Za-z_]+\.[A-Za-z_]+=.*", a)]
+    target = parser.command_parsers[command] if command else parser
+    if overrides:
+        target.error(f"unrecognized arguments: {' '.join(extra)} (--set takes one SECTION.FIELD=VALUE; repeat it: "
+                     + " ".join(f"--set {o}" for o in overrides) + ")")
+    target.error(f"unrecognized arguments: {' '.join(extra)}")

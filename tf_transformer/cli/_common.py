@@ -1,8 +1,13 @@
-"""What the command modules share: rewording library errors in terms of the flags."""
+"""What the command modules share: rewording library errors in terms of the flags, the arguments
+every command spells the same way, the help formatter, and a run directory's defaults."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import re
+import sys
+from pathlib import Path
 from typing import Iterator, Mapping
 
 from tf_transformer.errors import UserError
@@ -27,3 +32,91 @@ def flags(words: Mapping[str, str]) -> Iterator[None]:
         yield
     except UserError as e:
         raise reword(e, words) from None
+
+
+# -- one grammar for every command --------------------------------------------------------------
+
+#: What ``--set`` does, the same words in every command's help.
+SET_HELP = ("override one config field, YAML value; repeat the flag for more, e.g. "
+            "--set train.train_steps=500 --set model.dropout=0.3")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Epilogs kept as written (examples, tables) and every option's default shown: options
+    whose help does not already say its default get ``(default: VALUE)``; an option defaulting
+    to nothing must say in its help where its value comes from."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (not action.option_strings or action.required or "default" in text.lower()
+                or action.default in (None, False, [], argparse.SUPPRESS)):
+            return text
+        return text + " (default: %(default)s)"
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, *, required: bool = False, default: str | None = None,
+                         what: str = "") -> None:
+    """``-c/--config`` and ``--set`` (one ``section.field=value`` per flag), the same in every command."""
+    if required:
+        text = "preset name (multi30k_small, base, table3/C3, ...; tft config list) or YAML file"
+    elif default:
+        text = "preset name or YAML file"
+    else:
+        text = "preset name or YAML file" + (what or "")
+    parser.add_argument("-c", "--config", required=required, default=default, metavar="PRESET_OR_YAML", help=text)
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help=SET_HELP)
+
+
+def _role(match) -> str:
+    target = match.group(1)
+    return target[1:].rsplit(".", 1)[-1] if target.startswith("~") else target
+
+
+def plain(text: str) -> str:
+    """A docstring's reStructuredText made readable in ``--help``: ``x`` for ````x```` and
+    ``:role:`x```, and the ``::`` that introduces an example block becomes ``:``."""
+    text = re.sub(r":[a-z]+:`([^`]+)`", _role, text).replace("``", "")
+    text = re.sub(r"\*\*([^*]+)\*\*", r"\1", text)
+    text = re.sub(r"^\s*::\n", "", text, flags=re.M)
+    return re.sub(r"(\S)::$", r"\1:", text, flags=re.M)
+
+
+# -- the run directory knows its model ----------------------------------------------------------
+
+
+def resolve_run(args: argparse.Namespace, who: str, *, vocab: bool = True, config: bool = True) -> None:
+    """``--model`` may be a run directory (``tft train --model-dir``) or a ``.keras`` file; a
+    run directory (the one given, or the ``.keras`` file's own) gives the defaults of ``--vocab``
+    (its ``vocab.model``) and ``--config`` (its ``config.yaml``). Sets ``args.model`` to the
+    file and fills ``args.vocab``/``args.config``; says on stderr what it took from where."""
+    from tf_transformer.io import CONFIG_FILE, MODEL_FILE
+
+    path = Path(args.model)
+    if path.is_dir():
+        run_dir = path
+        if not (path / MODEL_FILE).is_file():
+            found = sorted(p.name for p in path.glob("*.keras"))
+            hint = f"; it has {', '.join(found)}: pass one of them" if found else ""
+            raise UserError(f"--model {path}: a directory without {MODEL_FILE} (expected a run directory written "
+                            f"by tft train, or a .keras file){hint}")
+        args.model = str(path / MODEL_FILE)
+    elif path.is_file():
+        run_dir = path.parent if (path.parent / CONFIG_FILE).is_file() else None
+    else:
+        raise UserError(f"--model {path}: no such file or directory (expected a run directory written by "
+                        "tft train, or a .keras file)")
+    taken = []
+    if run_dir is not None:
+        if vocab and getattr(args, "vocab", None) is None and (run_dir / VOCAB_FILE).is_file():
+            args.vocab = str(run_dir / VOCAB_FILE)
+            taken.append(f"--vocab {args.vocab}")
+        if config and getattr(args, "config", None) is None and (run_dir / CONFIG_FILE).is_file():
+            args.config = str(run_dir / CONFIG_FILE)
+            taken.append(f"--config {args.config}")
+    if taken:
+        print(f"tft {who}: from the run directory {run_dir}: {', '.join(taken)}", file=sys.stderr)
+
+
+#: The vocabulary's name in a run directory (``tft train`` copies it there).
+VOCAB_FILE = "vocab.model"

@@ -1,10 +1,12 @@
 """``tft build-vocab``: train the shared SentencePiece vocabulary of a config.
 
-    tft build-vocab --config multi30k_small --output runs/multi30k_small/spm
-    tft build-vocab --config base --set data.tfds_data_dir=/data/tfds --output runs/base/spm
+    tft build-vocab -c multi30k_small --output runs/spm --vocab-size 16000
+    tft train -c multi30k_small --set data.vocab_model=runs/spm.model     # model.vocab_size follows it
+    tft build-vocab -c base --set data.tfds_data_dir=/data/tfds --output runs/base/spm
 
 Writes ``PREFIX.model`` and ``PREFIX.vocab`` (``--output`` defaults to ``data.vocab_model``)
-and prints one summary line. Re-running with the same data, settings and ``data.seed``
+and prints one summary line; ``tft train --set data.vocab_model=PREFIX.model`` uses it.
+Re-running with the same data, settings and ``data.seed``
 writes a byte-identical model; an existing, different model is kept unless ``--force``.
 """
 
@@ -12,20 +14,18 @@ from __future__ import annotations
 
 import argparse
 
+from tf_transformer.cli._common import add_config_arguments, plain
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", "-c", required=True, help="preset name or YAML file")
-    parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-        help="override a config field, e.g. data.vocab_size=16000 (repeatable)",
-    )
+    parser.epilog = plain(__doc__.split("\n\n", 1)[1])
+    add_config_arguments(parser, required=True)
     parser.add_argument(
         "--output", "-o", default=None, metavar="PREFIX",
         help="write PREFIX.model and PREFIX.vocab (default: data.vocab_model without .model)",
     )
-    parser.add_argument(
-        "--vocab-size", type=int, default=None, help="shortcut for --set data.vocab_size=N"
-    )
+    parser.add_argument("--vocab-size", type=int, default=None,
+                        help="shortcut for --set data.vocab_size=N (default: data.vocab_size of the config)")
     parser.add_argument("--force", action="store_true", help="replace an existing, different model")
 
 

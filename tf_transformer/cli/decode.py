@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from tf_transformer.cli._common import flags
+from tf_transformer.cli._common import add_config_arguments, flags, resolve_run
 from tf_transformer.errors import UserError
 from tf_transformer.io import atomic_write
 
@@ -24,22 +24,31 @@ input rules:
 """
 
 
+def add_model_arguments(parser: argparse.ArgumentParser, engines: bool = False) -> None:
+    """``--model`` (a run directory or a ``.keras`` file) and ``--vocab``."""
+    ct2 = ("; with --engine ctranslate2, the directory written by tft export --format ctranslate2" if engines else "")
+    parser.add_argument("--model", required=True, metavar="RUN_DIR_OR_KERAS",
+                        help="a run directory of tft train (its model.keras) or a .keras file (model.keras, "
+                             "averaged.keras)" + ct2)
+    parser.add_argument("--vocab", default=None, metavar="SPM_MODEL",
+                        help="the SentencePiece .model used in training (default: vocab.model of the model's run "
+                             "directory, else data.vocab_model of --config)")
+
+
 def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments shared by ``tft translate`` and ``tft evaluate``."""
-    parser.add_argument("--model", required=True,
-                        help="the .keras model (from tft train / tft average); with --engine ctranslate2, the "
-                             "directory written by tft export --format ctranslate2")
-    parser.add_argument("--vocab", default=None,
-                        help="the SentencePiece .model used in training (default: data.vocab_model of --config)")
-    parser.add_argument("--config", default=None,
-                        help="config preset or YAML whose decode section gives the defaults below")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                        help="override a config field (repeatable)")
-    parser.add_argument("--beam", type=int, default=None, help="beam size (default 4; 1 = greedy decoding)")
-    parser.add_argument("--alpha", type=float, default=None, help="length penalty exponent (default 0.6)")
+    add_model_arguments(parser, engines=True)
+    add_config_arguments(parser, what=" whose decode (and data) sections give the defaults below (default: "
+                                      "config.yaml of the model's run directory)")
+    parser.add_argument("--beam", type=int, default=None,
+                        help="beam size, 1 = greedy decoding (default: decode.beam_size of the config, 4)")
+    parser.add_argument("--alpha", type=float, default=None,
+                        help="length penalty exponent (default: decode.alpha of the config, 0.6)")
     parser.add_argument("--max-extra-len", type=int, default=None,
-                        help="output may be up to input length + this many tokens (default 50)")
-    parser.add_argument("--batch-size", type=int, default=None, help="sentences per batch (default 64)")
+                        help="output may be up to input length + this many tokens (default: "
+                             "decode.max_extra_length of the config, 50)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="sentences per batch (default: decode.batch_size of the config, 64)")
     parser.add_argument("--xla", action="store_true",
                         help="compile the decoding graph with XLA (one compilation per batch shape: pays off only "
                         "on long jobs)")
@@ -47,7 +56,7 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tensorflow (default: our beam search) or ctranslate2 (a CTranslate2 export; "
                              "needs the [ct2] extra; --alpha 0 gives our outputs exactly, see docs/serving.md)")
     parser.add_argument("--threads", type=int, default=0,
-                        help="ctranslate2 engine: CPU threads (default 0: CTranslate2's choice)")
+                        help="ctranslate2 engine: CPU threads (default: 0, CTranslate2's choice)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -55,6 +64,9 @@ def decode_settings(args):
     """``(config or None, DecodeConfig)`` from ``--config``/``--set`` and the flags."""
     from tf_transformer.config import DecodeConfig, load_config
 
+    if getattr(args, "engine", "tensorflow") == "tensorflow" and not getattr(args, "run_resolved", False):
+        resolve_run(args, args.command)
+        args.run_resolved = True
     cfg = None
     if args.config:
         cfg = load_config(args.config, overrides=args.overrides)
@@ -110,7 +122,8 @@ def load_model_and_vocabulary(args, cfg):
 
     vocab = args.vocab or (cfg.data.vocab_model if cfg is not None else None)
     if not vocab:
-        raise UserError("--vocab is required (or a --config whose data.vocab_model names the SentencePiece model)")
+        raise UserError("--vocab is required: the model is not in a run directory with a vocab.model, and no "
+                        "--config whose data.vocab_model names the SentencePiece model was given")
     with flags(MODEL_FLAGS):
         model = load_model(args.model)
         return model, load_tokenizer(vocab, model)
@@ -146,14 +159,17 @@ def describe(decode) -> str:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = (RULES + "\nexample:\n"
-                     "  echo 'A dog runs.' | tft translate --model runs/m/model.keras --vocab runs/m/spm.model\n")
+    parser.epilog = (RULES + "\nexamples:\n"
+                     "  echo 'A dog runs.' | tft translate --model runs/m30k      # the run directory of tft train\n"
+                     "  tft translate --model runs/m30k/averaged.keras --input test.en --output test.de\n")
     add_decode_arguments(parser)
-    parser.add_argument("--input", default="-", help="input file, one sentence per line (default: stdin)")
-    parser.add_argument("--output", default="-", help="output file (default: stdout)")
+    parser.add_argument("--input", default="-", help="input file, one sentence per line (default: - , stdin)")
+    parser.add_argument("--output", default="-", help="output file (default: - , stdout)")
     parser.add_argument("--scores", action="store_true",
-                        help="write 'score<TAB>translation' (score = length-normalised log-probability)")
+                        help="write 'score<TAB>translation'. The score is the one the search ranks by: beam "
+                             "search (--beam > 1): the length-normalised log-probability log P(Y|X) / "
+                             "((5+|Y|)/6)^alpha, |Y| counting EOS; greedy (--beam 1): the total log-probability "
+                             "log P(Y|X)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from tf_transformer.errors import UserError
 from tf_transformer.io import atomic_write
 
 METRICS_HELP = """\
-metrics (see tf_transformer/evaluation/bleu.py):
+metrics:
   sacreBLEU (detok, cased)   the honest number, with sacreBLEU's signature
   chrF2                      character n-gram F-score, with its signature
   BLEU lowercased (13a)      lowercased BLEU with sacreBLEU's 13a tokenizer
@@ -23,16 +23,17 @@ metrics (see tf_transformer/evaluation/bleu.py):
 def configure(parser: argparse.ArgumentParser) -> None:
     from tf_transformer.cli.decode import RULES, add_decode_arguments
 
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = METRICS_HELP + "\n" + RULES + (
-        "\nexample:\n  tft evaluate --model runs/m/model.keras --vocab runs/m/spm.model --split test\n")
+        "\nexamples:\n  tft evaluate --model runs/m30k --split test      # the run's vocab.model and config.yaml\n"
+        "  tft evaluate --model runs/m30k/averaged.keras --source test.en --reference test.de\n")
     add_decode_arguments(parser)
     parser.add_argument("--split", choices=("test", "valid"), default=None,
-                        help="score this split of the config's data (default: test)")
+                        help="score this split of the config's data (default: test, unless --source is given)")
     parser.add_argument("--source", default=None, help="source file, one sentence per line (with --reference)")
     parser.add_argument("--reference", default=None, help="reference translations, line by line (with --source)")
-    parser.add_argument("--output", default=None, help="also write the hypotheses to this file")
-    parser.add_argument("--json", default=None, help="also write the scores as JSON to this file")
+    parser.add_argument("--output", default=None, help="also write the hypotheses to this file (default: not written)")
+    parser.add_argument("--json", default=None,
+                        help="also write the scores as JSON to this file (default: not written)")
 
 
 def _read(path: str, flag: str):
@@ -77,7 +78,7 @@ def load_pairs(args, cfg):
 def run(args: argparse.Namespace) -> int:
     from tf_transformer.cli.decode import build_translator, decode_settings, describe
     from tf_transformer.decoding.translator import ProgressBar
-    from tf_transformer.evaluation.bleu import evaluate_translations, format_scores
+    from tf_transformer.evaluation.bleu import empty_outputs, evaluate_translations, format_scores
 
     cfg, _ = decode_settings(args)
     sources, refs, what = load_pairs(args, cfg)  # before the model: data errors come fast
@@ -92,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
     if stats.truncated:
         print(f"tft evaluate: warning: {stats.truncated} source(s) longer than the model limit of "
               f"{translator.limit} tokens were cut to it", file=sys.stderr)
+    warning = empty_outputs(hyps, sources)
+    if warning:
+        print(f"tft evaluate: warning: {warning}", file=sys.stderr)
     scores = evaluate_translations(hyps, refs, lang=(cfg.data.target_lang if cfg else "de"))
     print(f"# {what}: {len(sources):,} sentences, {describe(decode)}")
     for line in format_scores(scores):

@@ -7,11 +7,12 @@ import argparse
 import sys
 import time
 
+from tf_transformer.cli._common import add_config_arguments
+from tf_transformer.cli.decode import add_model_arguments
 from tf_transformer.errors import UserError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = (
         "writes:\n"
         "  DIR/VERSION/           signatures translate (text -> text, default) and translate_ids;\n"
@@ -22,23 +23,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "  DIR/model.bin, config.json, shared_vocabulary.json   a CTranslate2 model directory\n"
         "  DIR/sentencepiece.model, tft_export.json             its vocabulary and our settings\n"
         "  decode it with: tft translate --engine ctranslate2 --model DIR\n"
-        "see docs/serving.md for TF Serving commands, REST examples and CTranslate2\n")
-    parser.add_argument("--model", required=True, help="the .keras model")
-    parser.add_argument("--vocab", default=None,
-                        help="its SentencePiece .model (default: data.vocab_model of --config)")
+        "see docs/serving.md for TF Serving commands, REST examples and CTranslate2\n"
+        "example:\n  tft export --model runs/m30k --output export/m30k    # the run's vocab.model and config.yaml\n")
+    add_model_arguments(parser)
     parser.add_argument("--output", required=True,
                         help="model base directory for TF Serving (ctranslate2: the model directory)")
     parser.add_argument("--format", default="savedmodel", choices=("savedmodel", "ctranslate2"),
-                        help="savedmodel (TF Serving, default) or ctranslate2 (a CTranslate2 model directory)")
+                        help="savedmodel (TF Serving) or ctranslate2 (a CTranslate2 model directory)")
     parser.add_argument("--quantization", default=None, metavar="TYPE",
                         help="ctranslate2 only: weight type, one of int8, int8_float32, int8_float16, "
-                             "int8_bfloat16, int16, float16, bfloat16, float32 (default float32)")
-    parser.add_argument("--version", type=int, default=1, help="version sub-directory (default 1)")
-    parser.add_argument("--config", default=None, help="config whose decode section gives the defaults")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE")
-    parser.add_argument("--beam", type=int, default=None, help="beam size baked into the graph (default 4)")
-    parser.add_argument("--alpha", type=float, default=None, help="length penalty (default 0.6)")
-    parser.add_argument("--max-extra-len", type=int, default=None, help="input length + this (default 50)")
+                             "int8_bfloat16, int16, float16, bfloat16, float32 (default: float32)")
+    parser.add_argument("--version", type=int, default=1, help="version sub-directory")
+    add_config_arguments(parser, what=" whose decode section gives the defaults below (default: config.yaml of the "
+                                      "model's run directory)")
+    parser.add_argument("--beam", type=int, default=None,
+                        help="beam size baked into the graph (default: decode.beam_size of the config, 4)")
+    parser.add_argument("--alpha", type=float, default=None,
+                        help="length penalty (default: decode.alpha of the config, 0.6)")
+    parser.add_argument("--max-extra-len", type=int, default=None,
+                        help="output length limit: input length + this (default: decode.max_extra_length, 50)")
     parser.add_argument("--force", action="store_true",
                         help="replace an existing version directory (ctranslate2: the output directory)")
     parser.set_defaults(batch_size=None)

@@ -2,9 +2,9 @@
 
 ::
 
-    tft prepare --config base --set data.source=text "data.train_source=wmt14/*.en.gz" \\
-        "data.train_target=wmt14/*.de.gz" --vocab runs/base/spm.model --output data/wmt14-prepared
-    tft train --config base --set data.source=prepared data.prepared_dir=data/wmt14-prepared
+    tft prepare -c base --set data.source=text --set "data.train_source=wmt14/*.en.gz" \\
+        --set "data.train_target=wmt14/*.de.gz" --vocab runs/base/spm.model --output data/wmt14-prepared
+    tft train -c base --set data.source=prepared --set data.prepared_dir=data/wmt14-prepared
 
 Writes the folder's ``manifest.json`` (pairs, token totals, length histogram per split,
 the vocabulary's SHA-256, the settings), ``vocab.model``, the training shards and the
@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import argparse
 
+from tf_transformer.cli._common import add_config_arguments, plain
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", "-c", required=True, help="preset name or YAML file (its data section)")
-    parser.add_argument("--set", dest="overrides", action="extend", nargs="+", default=[],
-                        metavar="SECTION.FIELD=VALUE", help="override a config field (repeatable)")
+    parser.epilog = plain(__doc__.split("\n\n", 1)[1]) + "\n"
+    add_config_arguments(parser, required=True)
     parser.add_argument("--output", "-o", required=True, metavar="DIR", help="folder to write (new or prepared)")
     parser.add_argument("--vocab", default=None, metavar="MODEL",
                         help="SentencePiece .model (default: data.vocab_model; built there if missing)")

@@ -3,36 +3,38 @@
 
 ::
 
-    tft train --config multi30k_small --model-dir runs/demo
-    tft train --config base --set train.tokens_per_update=50000 --set train.mixed_precision=mixed_bfloat16
+    tft build-vocab -c multi30k_small --output runs/spm     # optional: otherwise train builds it
+    tft train -c multi30k_small --set data.vocab_model=runs/spm.model --model-dir runs/demo
+    tft train -c base --set train.tokens_per_update=50000 --set train.mixed_precision=mixed_bfloat16
     TF_CONFIG='{"cluster": {"worker": ["h1:2222", "h2:2222"]}, "task": {"type": "worker", "index": 0}}' \\
-        tft train --config base --strategy multiworker          # one process per worker
+        tft train -c base --strategy multiworker          # one process per worker
 
     tft average --model-dir runs/base --last 5            # -> runs/base/averaged.keras
 
-Re-running the same train command continues a killed run from its last backup.
+Re-running the same train command continues a killed run from its last backup. The run
+directory then holds model.keras, config.yaml and vocab.model, which tft translate, evaluate,
+export and plot-attention read from ``--model RUN_DIR``.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from tf_transformer.cli._common import flags
+from tf_transformer.cli._common import add_config_arguments, flags, plain
 from tf_transformer.config import STRATEGIES
 from tf_transformer.errors import UserError
 
 
 def configure_train(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True,
-                        help="a preset name (multi30k_small, base, table3/C3...) or a YAML file")
-    parser.add_argument("--set", dest="overrides", action="extend", nargs="+", default=[],
-                        metavar="SECTION.FIELD=VALUE",
-                        help="override a config value, e.g. --set train.train_steps=500 model.dropout=0.3 (repeatable)")
+    parser.epilog = plain(__doc__.split("\n\n", 1)[1].split("\n\n    tft average")[0]) + "\n"
+    add_config_arguments(parser, required=True)
     parser.add_argument("--strategy", choices=STRATEGIES, default=None,
-                        help="distribution strategy (default: train.strategy, 'auto')")
-    parser.add_argument("--model-dir", default=None, help="run directory (default: train.model_dir)")
+                        help="distribution strategy (default: train.strategy of the config, auto)")
+    parser.add_argument("--model-dir", default=None, metavar="RUN_DIR",
+                        help="run directory (default: train.model_dir of the config)")
     parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=None,
-                        help="Keras progress: 1 progress bar (default), 2 one line per epoch, 0 none")
+                        help="Keras progress: 1 progress bar, 2 one line per epoch, 0 none (default: 1 on a "
+                             "terminal, else 2 plus a line every train.log_every_steps updates)")
     parser.add_argument("--allow-config-change", action="store_true",
                         help="continue the run in --model-dir although the config (or vocabulary) differs from "
                              "its config.yaml in fields that change the run (refused by default)")
@@ -58,7 +60,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def configure_average(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model-dir", required=True, help="a run directory written by tft train")
+    parser.add_argument("--model-dir", required=True, metavar="RUN_DIR", help="a run directory written by tft train")
     parser.add_argument("--last", type=int, default=None,
                         help="how many of the newest checkpoints to average (default: train.average_last "
                              "of the run's config.yaml; the paper: 5 base, 20 big)")

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import argparse
 
+from tf_transformer.cli._common import add_config_arguments, plain
 from tf_transformer.errors import UserError
 
 #: ``tft tune --help``'s epilog: the examples and what a trial does.
-TUNE_HELP = __doc__.split("\n\n", 1)[1]
+TUNE_HELP = plain(__doc__.split("\n\n", 1)[1])
 
 
 def _number_list(text: str, flag: str, kind=int) -> tuple:
@@ -48,34 +49,33 @@ def _float_list(text: str, flag: str) -> tuple:
 
 
 def configure_tune(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = TUNE_HELP
-    parser.add_argument("--config", "-c", default="multi30k_small",
-                        help="preset name or YAML file (default multi30k_small)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                        help="override a config field, e.g. data.tokens_per_batch=2048 (repeatable)")
+    add_config_arguments(parser, default="multi30k_small")
     parser.add_argument("--output", "-o", required=True, help="output directory (tuner project, tables, best config)")
-    parser.add_argument("--algorithm", choices=("random", "hyperband"), default="random")
-    parser.add_argument("--max-trials", type=int, default=10, help="trials of the random search (default 10)")
+    parser.add_argument("--algorithm", choices=("random", "hyperband"), default="random", help="the Keras Tuner")
+    parser.add_argument("--max-trials", type=int, default=10, help="trials of the random search")
     parser.add_argument("--steps-per-trial", type=int, default=None,
-                        help="update budget per trial; Hyperband's largest budget (default train.train_steps)")
+                        help="update budget per trial; Hyperband's largest budget (default: train.train_steps)")
     parser.add_argument("--steps-per-epoch", type=int, default=None,
-                        help="updates between validations; Hyperband's budget unit (default train.steps_per_epoch)")
-    parser.add_argument("--minutes-per-trial", type=float, default=None, help="wall-clock budget per trial")
+                        help="updates between validations; Hyperband's budget unit (default: train.steps_per_epoch)")
+    parser.add_argument("--minutes-per-trial", type=float, default=None,
+                        help="wall-clock budget per trial (default: none, the steps alone)")
     parser.add_argument("--objective", choices=("val_loss", "val_perplexity", "val_accuracy", "val_bleu"),
-                        default="val_loss", help="default val_loss (label-smoothed, per token)")
+                        default="val_loss", help="what the tuner minimises/maximises (val_loss: label-smoothed, per "
+                                                 "token)")
     parser.add_argument("--bleu", action="store_true", help="report val_bleu even when it is not the objective")
     parser.add_argument("--bleu-sentences", type=int, default=300, help="validation sentences translated for BLEU")
-    parser.add_argument("--heads", help="num_heads values, e.g. 1,2,4,8 (d_k = d_v = d_model / h)")
-    parser.add_argument("--layers", help="num_layers values, e.g. 2,3,4")
-    parser.add_argument("--d-ff", help="d_ff values, e.g. 512,1024")
-    parser.add_argument("--dropout", help="dropout values, e.g. 0,0.1,0.3")
-    parser.add_argument("--hyperband-factor", type=int, default=3)
+    around = " (default: the config's value and its neighbours)"
+    parser.add_argument("--heads", help="num_heads values, e.g. 1,2,4,8 (d_k = d_v = d_model / h)" + around)
+    parser.add_argument("--layers", help="num_layers values, e.g. 2,3,4" + around)
+    parser.add_argument("--d-ff", help="d_ff values, e.g. 512,1024" + around)
+    parser.add_argument("--dropout", help="dropout values, e.g. 0,0.1,0.3" + around)
+    parser.add_argument("--hyperband-factor", type=int, default=3, help="Hyperband's reduction factor")
     parser.add_argument("--strategy", choices=("auto", "default", "mirrored"), default=None,
-                        help="distribution strategy (default train.strategy)")
-    parser.add_argument("--seed", type=int, default=None, help="tuner seed (default train.seed)")
+                        help="distribution strategy (default: train.strategy of the config)")
+    parser.add_argument("--seed", type=int, default=None, help="tuner seed (default: train.seed of the config)")
     parser.add_argument("--overwrite", action="store_true", help="start the search afresh instead of resuming")
-    parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=2, help="model.fit verbosity (default 2)")
+    parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=2, help="model.fit verbosity")
 
 
 def run_tune(args: argparse.Namespace) -> int:
@@ -118,30 +118,27 @@ def run_tune(args: argparse.Namespace) -> int:
 
 
 def configure_ablate(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     from tf_transformer.tuning import ablation
 
-    parser.epilog = ablation.__doc__.split("\n\n", 1)[1]
+    parser.epilog = plain(ablation.__doc__.split("\n\n", 1)[1])
     parser.add_argument("--rows", default="A1,A3,C1,C2,D1,E",
-                        help="rows: names (A1..E), group letters (A..E) or 'all'; base is always added "
-                        "(default A1,A3,C1,C2,D1,E)")
-    parser.add_argument("--base-config", default="multi30k_small",
-                        help="the small base config (default multi30k_small)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                        help="override a field of the base config (repeatable)")
+                        help="rows: names (A1..E), group letters (A..E) or 'all'; base is always added")
+    add_config_arguments(parser, default="multi30k_small")
     budget = parser.add_mutually_exclusive_group()
-    budget.add_argument("--steps", type=int, help="updates per row (default train.train_steps of the base config)")
-    budget.add_argument("--minutes", type=float, help="wall-clock training minutes per row instead of steps")
-    parser.add_argument("--beam-size", type=int, default=None,
-                        help="beam for test BLEU (default decode.beam_size; 1 = greedy)")
-    parser.add_argument("--bleu-sentences", type=int, default=None, help="score only the first N test sentences")
+    budget.add_argument("--steps", type=int, help="updates per row (default: train.train_steps of the config)")
+    budget.add_argument("--minutes", type=float, help="wall-clock training minutes per row instead of steps "
+                                                      "(default: none, the steps)")
+    parser.add_argument("--beam", type=int, default=None,
+                        help="beam for test BLEU, 1 = greedy (default: decode.beam_size of the config)")
+    parser.add_argument("--bleu-sentences", type=int, default=None,
+                        help="score only the first N test sentences (default: all)")
     parser.add_argument("--strategy", choices=("auto", "default", "mirrored"), default=None,
-                        help="distribution strategy (default train.strategy)")
+                        help="distribution strategy (default: train.strategy of the config)")
     parser.add_argument("--no-validation", action="store_true",
                         help="skip the validation pass after each epoch of training (PPL is measured at the end)")
-    parser.add_argument("--output", "-o", help="output directory (required unless --list)")
+    parser.add_argument("--output", "-o", help="output directory (required unless --list; no default)")
     parser.add_argument("--list", action="store_true", help="print the row mapping and exit")
-    parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=2, help="model.fit verbosity (default 2)")
+    parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=2, help="model.fit verbosity")
 
 
 def run_ablate(args: argparse.Namespace) -> int:
@@ -149,19 +146,19 @@ def run_ablate(args: argparse.Namespace) -> int:
     from tf_transformer.tuning.ablation import listing, run_ablation
 
     if args.list:
-        base = load_config(args.base_config, args.overrides)
+        base = load_config(args.config, args.overrides)
         print(listing(base))
         return 0
     if not args.output:
         raise UserError("--output DIR is required (where report.md, report.png and results.json go)")
     for flag, value in (("--steps", args.steps), ("--bleu-sentences", args.bleu_sentences),
-                        ("--beam-size", args.beam_size)):
+                        ("--beam", args.beam)):
         if value is not None and value < 1:
             raise UserError(f"{flag} {value}: must be >= 1")
     if args.minutes is not None and args.minutes <= 0:
         raise UserError(f"--minutes {args.minutes}: must be > 0")
-    result = run_ablation(args.rows, args.output, base_config=args.base_config, overrides=args.overrides,
-                          steps=args.steps, minutes=args.minutes, beam_size=args.beam_size,
+    result = run_ablation(args.rows, args.output, base_config=args.config, overrides=args.overrides,
+                          steps=args.steps, minutes=args.minutes, beam_size=args.beam,
                           bleu_sentences=args.bleu_sentences, strategy=args.strategy,
                           validate=not args.no_validation, verbose=args.verbose)
     print(f"tft ablate: {result.summary()}")

@@ -252,10 +252,13 @@ class TrainConfig:
     best_metric: str = "val_bleu"  # or "val_loss": what best/ and early stopping look at
     keep_best: int = 1  # best weight files kept in <model_dir>/best/
     early_stopping_patience: Optional[int] = None  # stop after N evaluations without improvement
+    log_every_steps: int = 100  # stdout not a terminal: one progress line every N updates (and per epoch)
+    tensorboard_every_steps: Optional[int] = 100  # TensorBoard train scalars every N updates; None = per epoch
 
     def validate(self) -> None:
         p = "train."
-        for name in ("train_steps", "steps_per_epoch", "warmup_steps", "keep_checkpoints", "average_last"):
+        for name in ("train_steps", "steps_per_epoch", "warmup_steps", "keep_checkpoints", "average_last",
+                     "log_every_steps"):
             _positive(p + name, getattr(self, name))
         if self.learning_rate_scale <= 0:
             raise ConfigError(f"{p}learning_rate_scale={self.learning_rate_scale} must be > 0")
@@ -270,6 +273,8 @@ class TrainConfig:
             raise ConfigError(f"{p}clip_norm={self.clip_norm} must be > 0 or null")
         if self.tokens_per_update is not None:
             _positive(p + "tokens_per_update", self.tokens_per_update)
+        if self.tensorboard_every_steps is not None:
+            _positive("train.tensorboard_every_steps", self.tensorboard_every_steps)
         if self.backup_every_steps is not None:
             _positive(p + "backup_every_steps", self.backup_every_steps)
         if self.checkpoint_every_minutes <= 0:

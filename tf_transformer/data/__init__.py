@@ -6,6 +6,7 @@ in-graph tokenization, token-budget batches, and the text / Multi30k / TFDS sour
     from tf_transformer.data import Tokenizer, make_dataset, read_parallel_text
     tok = Tokenizer(cfg.data.vocab_model)
     ds = make_dataset(cfg.data, "train", tok, training=True)
+    ds = make_dataset((sources, targets), tokenizer=tok, tokens_per_batch=2048)   # own pairs, no config
     # ((source_ids [B,S], target_input_ids [B,T]), target_output_ids [B,T]), int32, 0 = pad
     sources, targets = read_parallel_text(cfg.data, "test")
 
@@ -28,7 +29,8 @@ _EXPORTS = {
     "UNK_ID": "tokenizer",
     "BOS_ID": "tokenizer",
     "EOS_ID": "tokenizer",
-    "make_dataset": "batching",
+    "make_dataset": "pairs",
+    "pairs_config": "pairs",
     "dataset_statistics": "batching",
     "batch_statistics": "batching",
     "DataStats": "batching",
@@ -49,6 +51,7 @@ __all__ = [
     "build_vocab",
     "dataset_statistics",
     "make_dataset",
+    "pairs_config",
     "prepare",
     "read_parallel_text",
     "resolve_vocabulary",

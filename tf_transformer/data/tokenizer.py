@@ -325,10 +325,10 @@ def resolve_vocabulary(cfg, default_path, *, tokenizer=None, build_missing: bool
     Without ``tokenizer`` it loads ``data.vocab_model`` (default ``default_path``), building
     the vocabulary there first when the file does not exist (``build_missing=False``: an
     error instead), and sets ``data.vocab_model`` to the file read. Then ``model.vocab_size``
-    is filled from the vocabulary, or checked against it when set. ``log`` gets one-line
-    messages prefixed with ``who``.
+    is set to the vocabulary's size (a different value in the config, e.g. a preset's, is
+    replaced, with a note to ``log``). ``log`` gets one-line messages prefixed with ``who``.
     """
-    from tf_transformer.errors import ConfigError, UserError
+    from tf_transformer.errors import UserError
 
     log = log or say
     if tokenizer is None:
@@ -345,12 +345,10 @@ def resolve_vocabulary(cfg, default_path, *, tokenizer=None, build_missing: bool
         cfg.data.vocab_model = str(path)
         tokenizer = Tokenizer(path)
     size = int(tokenizer.vocab_size)
-    if cfg.model.vocab_size is None:
-        cfg.model.vocab_size = size
-    elif cfg.model.vocab_size != size:
-        raise ConfigError(
-            f"model.vocab_size={cfg.model.vocab_size} but the vocabulary {cfg.data.vocab_model} has "
-            f"{size} pieces; remove model.vocab_size (it is then taken from the vocabulary) or point "
-            "data.vocab_model at the right file")
+    if cfg.model.vocab_size is not None and cfg.model.vocab_size != size:
+        # the model must have one row per piece: the vocabulary the user built decides
+        log(f"{who}: model.vocab_size={cfg.model.vocab_size} of the config replaced by {size}, the size of the "
+            f"vocabulary {cfg.data.vocab_model}")
+    cfg.model.vocab_size = size
     return tokenizer
 

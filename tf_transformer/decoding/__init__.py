@@ -6,6 +6,7 @@ batch translator behind ``tft translate``.
 
     from tf_transformer.decoding import beam_search, greedy_search, translate_batch, Translator
     ids, scores = translate_batch(model, source_ids, beam_size=4, alpha=0.6, max_extra_length=50)
+    translate(model, ["A dog runs."], tokenizer, beam_size=4)     # -> ["Ein Hund rennt."]
 
 Names are imported on first use (TensorFlow loads only then).
 """
@@ -22,9 +23,10 @@ _EXPORTS = {
     "uncached_decoder": "model_fns",
     "translate_batch": "model_fns",
     "Translator": "translator",
+    "translate": "translator",
 }
 
-__all__ = ["Translator", "beam_search", "cached_decoder", "greedy_search", "length_penalty", "translate_batch",
-           "uncached_decoder"]
+__all__ = ["Translator", "beam_search", "cached_decoder", "greedy_search", "length_penalty", "translate",
+           "translate_batch", "uncached_decoder"]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from tf_transformer.errors import UserError
 from tf_transformer.io import load_model  # noqa: F401 (its home before tf_transformer.io)
 
-__all__ = ["ProgressBar", "TranslationStats", "Translator", "load_model", "load_tokenizer", "read_lines"]
+__all__ = ["ProgressBar", "TranslationStats", "Translator", "load_model", "load_tokenizer", "read_lines", "translate"]
 
 
 @dataclasses.dataclass
@@ -119,6 +119,10 @@ def load_tokenizer(path: str, model=None):
     if not os.path.exists(path):
         raise UserError(f"vocabulary {path}: no such file (expected the SentencePiece .model used in training)")
     tok = Tokenizer(path)
+    if model is not None:
+        from tf_transformer.model import as_transformer
+
+        model = as_transformer(model)
     if model is not None and int(tok.vocab_size) != int(model.vocab_size):
         raise UserError(
             f"vocabulary {path} has {tok.vocab_size} pieces but the model's vocab_size is {model.vocab_size}; "
@@ -131,7 +135,8 @@ class Translator:
     """Translate lists of sentences with one model and one decoding setting.
 
     Args:
-      model: a Transformer.
+      model: a Transformer, or a model wrapping one (the ``TrainingModel`` that
+        ``TransformerHyperModel``'s tuner returns from ``get_best_models()``).
       tokenizer: a :class:`tf_transformer.data.Tokenizer` (``encode``/``decode``).
       beam_size, alpha, max_extra_length: decoding settings (``beam_size=1``: greedy).
       batch_size: sentences per decoding batch (sorted by length first).
@@ -149,7 +154,9 @@ class Translator:
         import tensorflow as tf
 
         from tf_transformer.decoding.model_fns import model_limit, translate_batch
+        from tf_transformer.model import as_transformer
 
+        model = as_transformer(model)
         if beam_size < 1:
             raise UserError(f"beam_size={beam_size}: must be >= 1")
         if alpha < 0:
@@ -238,3 +245,16 @@ class Translator:
         for i, text in enumerate(decoded):
             result.append(text.replace("\r", " ").replace("\n", " ") if sources[i] else "")
         return result, scores, stats
+
+
+def translate(model, texts: Sequence[str] | str, tokenizer, beam_size: int = 4, alpha: float = 0.6,
+              max_extra_length: int = 50, batch_size: int = 64) -> list[str] | str:
+    """One call: translate ``texts`` (a list, or one string) with ``model`` (a Transformer or a
+    model wrapping one) and its ``tokenizer``; returns the translations (a string for a string).
+    Also ``Transformer.translate(texts, tokenizer, ...)``. For many calls with one setting,
+    build a :class:`Translator` once (it compiles the decoding graph once)."""
+    single = isinstance(texts, str)
+    translator = Translator(model, tokenizer, beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length,
+                            batch_size=batch_size)
+    outputs, _, _ = translator.translate([texts] if single else list(texts))
+    return outputs[0] if single else outputs

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Sequence
+from typing import Optional
 
 from tf_transformer.errors import UserError
 
@@ -138,8 +139,7 @@ def moses_lowercase_bleu(hypotheses: Sequence[str], references: Sequence[str], l
     metric = BLEU(tokenize="none", force=True)  # tokenized on purpose: no "forgot to detokenize" warning
     result = metric.corpus_score(hyp, [ref])
     return Score("BLEU lowercased (Moses tok)", result.score, _bleu_detail(result),
-                 f"tok:moses-{lang}|case:lc|" + str(metric.get_signature()).replace("|case:mixed", "")
-                 .replace("|tok:none", ""))
+                 _signature(metric, tok=f"moses-{lang}", case="lc"))
 
 
 def compound_split_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> Score:
@@ -153,7 +153,16 @@ def compound_split_bleu(hypotheses: Sequence[str], references: Sequence[str]) ->
     metric = BLEU(tokenize="none", force=True)  # the input is tokenized on purpose: no warning
     result = metric.corpus_score(hyp, [ref])
     return Score("BLEU tok+compound (paper)", result.score, _bleu_detail(result),
-                 "tok:13a+compound-split(##AT##-##AT##)|case:mixed|" + str(metric.get_signature()))
+                 _signature(metric, tok="13a+compound-split(##AT##-##AT##)", case="mixed"))
+
+
+def _signature(metric, **ours) -> str:
+    """sacreBLEU's signature of ``metric`` (run on text we tokenized ourselves) with its
+    ``key:value`` fields replaced by ``ours`` (e.g. its ``tok:none`` by how we tokenized),
+    each key once, in sacreBLEU's order."""
+    fields = dict(part.split(":", 1) for part in str(metric.get_signature()).split("|"))
+    fields.update(ours)
+    return "|".join(f"{k}:{v}" for k, v in fields.items())
 
 
 def evaluate_translations(hypotheses: Sequence[str], references: Sequence[str], lang: str = "de"
@@ -167,6 +176,18 @@ def evaluate_translations(hypotheses: Sequence[str], references: Sequence[str], 
         "bleu_lc_moses": moses_lowercase_bleu(hypotheses, references, lang),
         "bleu_paper": compound_split_bleu(hypotheses, references),
     }
+
+
+def empty_outputs(hypotheses: Sequence[str], sources: Sequence[str], most: float = 0.5) -> Optional[str]:
+    """A warning when more than ``most`` of the non-empty sources got an empty translation
+    (an untrained model, or a vocabulary that is not the model's), else None: the scores of
+    such a set say little about the model's quality."""
+    asked = [h for h, s in zip(hypotheses, sources) if s.strip()]
+    empty = sum(1 for h in asked if not h.strip())
+    if not asked or empty <= most * len(asked):
+        return None
+    return (f"{empty:,} of {len(asked):,} translations ({100 * empty / len(asked):.0f}%) are empty: the model "
+            "stops at once (undertrained, or not the vocabulary it was trained with); the scores below mean little")
 
 
 def format_scores(scores: dict[str, Score]) -> list[str]:

@@ -152,8 +152,9 @@ class SharedEmbedding(keras.layers.Layer):
         """``[..., d_model]`` -> ``[..., vocab_size]`` with the transposed table."""
         return ops.matmul(hidden, ops.transpose(ops.cast(self.embeddings, hidden.dtype)))
 
-    def compute_output_shape(self, input_shape):
-        return tuple(input_shape) + (self.d_model,)
+    def compute_output_shape(self, input_shape=None):
+        # ``input_shape`` None: built without one (``Transformer.build``), any [batch, length]
+        return (None, None, self.d_model) if input_shape is None else tuple(input_shape) + (self.d_model,)
 
     def get_config(self):
         config = super().get_config()

@@ -106,8 +106,8 @@ class EncoderLayer(SublayerSettings):
         x = self.ffn_norm(x + self.dropout(y, training=training))
         return (x, weights) if return_attention_scores else x
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
+    def compute_output_shape(self, x_shape):
+        return x_shape
 
 
 class LayerStack(SublayerSettings):
@@ -170,5 +170,5 @@ class Encoder(LayerStack):
             all_weights.append(weights)
         return (x, all_weights) if return_attention_scores else x
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
+    def compute_output_shape(self, x_shape):
+        return x_shape

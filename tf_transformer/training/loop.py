@@ -59,6 +59,7 @@ from tf_transformer.io import (
 from tf_transformer.model import count_parameters
 from tf_transformer.training import callbacks as cb
 from tf_transformer.training import rundir
+from tf_transformer.training.progress import resolve_verbose
 from tf_transformer.training.strategy import (
     TaskInfo,
     describe,
@@ -456,7 +457,9 @@ def _callbacks(run: _Run, trainer: TrainingModel, backup: cb.ResumableBackup, st
         all_callbacks.append(evaluator)  # before TensorBoard: it adds val_bleu to the epoch logs
     if log_dir is not None:
         if _tensorboard_available():
-            all_callbacks.append(keras.callbacks.TensorBoard(log_dir=str(log_dir), update_freq="epoch"))
+            every = cfg.train.tensorboard_every_steps  # in updates; Keras counts batches (k per update)
+            all_callbacks.append(keras.callbacks.TensorBoard(log_dir=str(log_dir),
+                                                             update_freq="epoch" if every is None else every * k))
         else:
             log("train: note: the tensorboard package is not installed: no TensorBoard logs "
                 "(pip install tensorboard)")
@@ -472,6 +475,7 @@ def _fit(run: _Run, trainer: TrainingModel, steps: _Callbacks, train_fn, valid_f
     history: dict[str, list] = {}
     stopped = None
     plan = _plan(start_step, run.cfg.train.train_steps, run.cfg.train.steps_per_epoch)
+    verbose, lines = resolve_verbose(verbose, run.cfg.train, enabled=run.info.is_chief)
     evaluator = steps.evaluator
     if evaluator is not None and evaluator.stopped:
         run.log(f"train: early stopping had already ended this run at step {start_step} (best "
@@ -482,7 +486,7 @@ def _fit(run: _Run, trainer: TrainingModel, steps: _Callbacks, train_fn, valid_f
         train_ds = distribute(run.strategy, _stream(train_fn, cb.current_step(trainer) * run.k))
         h = trainer.fit(train_ds, epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=updates * run.k,
                         validation_data=valid_ds, validation_steps=validation_steps, shuffle=False,
-                        callbacks=steps.all, verbose=verbose)
+                        callbacks=steps.all + lines, verbose=verbose)
         for key, values in h.history.items():
             history.setdefault(key, []).extend(float(np.asarray(v).reshape(-1)[0]) for v in values)
         if steps.budget is not None and steps.budget.stopped:

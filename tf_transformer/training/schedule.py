@@ -58,15 +58,33 @@ def paper_learning_rate(step: int, d_model: int, warmup_steps: int, scale: float
     return scale * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
 
 
-def make_optimizer(train_config, d_model: int):
+def make_optimizer(train_config=None, d_model: int | None = None, **fields):
     """Adam(beta_1, beta_2, epsilon from ``train_config``; paper: 0.9, 0.98, 1e-9) on
     :class:`TransformerSchedule`. Wrapped in ``keras.optimizers.LossScaleOptimizer`` (dynamic
     loss scaling) when ``train_config.mixed_precision == "mixed_float16"``.
+
+    Without a config, keyword arguments name the ``TrainConfig`` fields to change from the
+    paper's defaults, e.g. ``make_optimizer(d_model=256, warmup_steps=400)`` or
+    ``make_optimizer(cfg.train, 256, learning_rate_scale=2.0)``.
 
     ``train_config.clip_norm`` is *not* given to Adam: Keras would clip each replica's local
     gradient before the all-reduce; :class:`~tf_transformer.training.trainer.TrainingModel`
     clips the global gradient instead.
     """
+    import dataclasses
+
+    from tf_transformer.config import TrainConfig
+
+    if d_model is None:
+        raise TypeError("make_optimizer needs d_model (the model width: the schedule's d_model^-0.5)")
+    train_config = TrainConfig() if train_config is None else train_config
+    if fields:
+        known = {f.name for f in dataclasses.fields(TrainConfig)}
+        unknown = sorted(set(fields) - known)
+        if unknown:
+            raise TypeError(f"make_optimizer: unknown TrainConfig field(s) {', '.join(unknown)} (known: warmup_steps, "
+                            "learning_rate_scale, adam_beta_1, adam_beta_2, adam_epsilon, mixed_precision, ...)")
+        train_config = dataclasses.replace(train_config, **fields)
     schedule = TransformerSchedule(d_model, train_config.warmup_steps, train_config.learning_rate_scale)
     optimizer = keras.optimizers.Adam(
         learning_rate=schedule,

@@ -16,7 +16,7 @@ with its final weights (no checkpoint averaging, as in Table 3):
 
 * **PPL**: unsmoothed perplexity per subword token on the validation split (Multi30k val);
 * **BLEU**: sacreBLEU (detokenized, cased) on the test split (Multi30k test2016), beam search
-  with the config's ``decode.beam_size``/``alpha`` (``--beam-size 1``: greedy);
+  with the config's ``decode.beam_size``/``alpha`` (``--beam 1``: greedy);
 * **params**: every weight of the model, the shared embedding included.
 
 Output directory::

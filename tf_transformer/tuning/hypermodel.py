@@ -235,6 +235,9 @@ class TransformerHyperModel(kt.HyperModel):
         if validation_steps is None:
             validation_steps = cfg.train.validation_steps
         callbacks = list(callbacks or [])
+        # the token-budget batches are shuffled by the pipeline: Keras' default shuffle=True would
+        # only print that it ignores it for a tf.data.Dataset
+        kwargs.setdefault("shuffle", False)
         budget = None
         if self.max_minutes:
             budget = WallClockBudget(self.max_minutes, k, log=self.log)

@@ -76,6 +76,12 @@ def _metric(trial, name):
     return None
 
 
+def trial_number(trial_id: str) -> str:
+    """The number Keras Tuner prints for a trial ("Search: Running Trial #3") from its id ("02"):
+    ids count from 0, the printed numbers from 1. Non-numeric ids are returned as they are."""
+    return f"#{int(trial_id) + 1}" if str(trial_id).isdigit() else str(trial_id)
+
+
 def trial_rows(tuner, d_model: Optional[int] = None) -> list[dict]:
     """One dict per trial of ``tuner`` (keys of :data:`COLUMNS`), in trial order."""
     rows = []
@@ -86,7 +92,7 @@ def trial_rows(tuner, d_model: Optional[int] = None) -> list[dict]:
         heads = hp.get("num_heads")
         params = _metric(trial, "params")
         rows.append({
-            "trial": trial_id,
+            "trial": trial_number(trial_id),
             "status": str(trial.status),
             "num_heads": heads,
             "key_dim": d_model // int(heads) if heads and d_model else None,
@@ -162,7 +168,7 @@ def write_results(tuner, output_dir, title: str = "") -> tuple[Path, Path, list]
     best = None
     try:
         best_trials = tuner.oracle.get_best_trials(1)
-        best = best_trials[0].trial_id if best_trials else None
+        best = trial_number(best_trials[0].trial_id) if best_trials else None
     except Exception:  # no completed trial yet
         best = None
     md, csv_path = output_dir / "results.md", output_dir / "results.csv"
@@ -271,7 +277,7 @@ def run_search(config: Config, output_dir, *, algorithm: str = "random", max_tri
     best_hps = tuner.get_best_hyperparameters(1)
     if best_hps:
         best_config = write_best_config(hypermodel, best_hps[0], output_dir / "best_config.yaml")
-        best_id = tuner.oracle.get_best_trials(1)[0].trial_id
+        best_id = trial_number(tuner.oracle.get_best_trials(1)[0].trial_id)
         best_row = next((r for r in rows if r["trial"] == best_id), None)
     return SearchResult(tuner=tuner, rows=rows, results_md=md, results_csv=csv_path, best_config=best_config,
                         best=best_row)

@@ -10,8 +10,11 @@ Two styles:
 
 Which attention: ``--attention encoder`` (encoder self-attention, as in the appendix),
 ``decoder`` (masked decoder self-attention) or ``cross`` (encoder-decoder attention). For the
-decoder kinds the target is the model's greedy translation unless ``--target`` is given.
-Output format follows the file suffix (``.png`` or ``.svg``).
+decoder kinds the target is the model's greedy translation unless ``--target`` is given, and
+each query row is labelled with the token that position predicts (the decoder's input there
+is the token before it). Tokens are shown without SentencePiece's word marker "▁"; figures
+are capped in size (:data:`MAX_INCHES`) with smaller labels for long sentences. Output format
+follows the file suffix (``.png`` or ``.svg``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,28 @@ from pathlib import Path
 import numpy as np
 
 KINDS = {"encoder": "encoder_self", "decoder": "decoder_self", "cross": "decoder_cross"}
+
+#: The largest figure side in inches (long sentences get smaller labels instead).
+MAX_INCHES = 16.0
+
+#: SentencePiece's word-start marker.
+WORD_MARK = "\u2581"
+
+
+def display_pieces(pieces) -> list:
+    """Pieces as shown in a figure: "▁" removed; a piece that is only "▁" shown as "␣"."""
+    return [p.replace(WORD_MARK, "") or "\u2423" for p in pieces]
+
+
+def predicted_pieces(decoder_input, eos_piece: str = "</s>") -> list:
+    """What each decoder position predicts: the decoder input shifted left, then EOS
+    (``["<s>", "Ein", "Hund"]`` -> ``["Ein", "Hund", "</s>"]``)."""
+    return list(decoder_input[1:]) + [eos_piece]
+
+
+def _font(n: int) -> float:
+    """Label size in points for ``n`` tokens along a side: 9 up to 30, then smaller (at least 4)."""
+    return 9.0 if n <= 30 else max(4.0, 9.0 * 30 / n)
 
 
 def attention_for_sentence(model, tokenizer, sentence: str, target: str | None = None):
@@ -57,7 +82,7 @@ def _colours(n):
 
 
 def plot_lines(weights, query_tokens, key_tokens, heads=None, query_index=None, title="", path=None,
-               threshold=0.02):
+               threshold=0.02, query_label="", key_label=""):
     """Appendix style: lines from query tokens (left) to key tokens (right), one colour per head.
 
     Args:
@@ -65,6 +90,7 @@ def plot_lines(weights, query_tokens, key_tokens, heads=None, query_index=None, 
         heads: head indices to draw (default all).
         query_index: draw only this query token's attention (default: every token).
         threshold: weights below this are not drawn.
+        query_label, key_label: what the two columns are (e.g. "predicting", "source").
     Returns the matplotlib figure (also saved to ``path`` when given).
     """
     import matplotlib
@@ -74,9 +100,11 @@ def plot_lines(weights, query_tokens, key_tokens, heads=None, query_index=None, 
 
     heads = list(range(weights.shape[0])) if heads is None else list(heads)
     colours = _colours(weights.shape[0])
+    query_tokens, key_tokens = display_pieces(query_tokens), display_pieces(key_tokens)
     nq, nk = len(query_tokens), len(key_tokens)
     height = max(nq, nk)
-    fig, ax = plt.subplots(figsize=(5.5, 0.32 * height + 1.2))
+    font = _font(height)
+    fig, ax = plt.subplots(figsize=(5.5, min(MAX_INCHES, 0.32 * height + 1.2)))
     yq = np.linspace(height - 1, 0, nq) if nq > 1 else np.array([height / 2])
     yk = np.linspace(height - 1, 0, nk) if nk > 1 else np.array([height / 2])
     queries = range(nq) if query_index is None else [query_index]
@@ -89,10 +117,13 @@ def plot_lines(weights, query_tokens, key_tokens, heads=None, query_index=None, 
         dy = offsets[h]
         ax.plot([0.05, 0.95], [yq[q] + dy, yk[k] + dy], color=colours[h], alpha=min(1.0, w), linewidth=0.6 + 1.8 * w)
     for i, tok in enumerate(query_tokens):
-        ax.text(0.0, yq[i], tok, ha="right", va="center", fontsize=9,
+        ax.text(0.0, yq[i], tok, ha="right", va="center", fontsize=font,
                 fontweight="bold" if query_index == i else "normal")
     for i, tok in enumerate(key_tokens):
-        ax.text(1.0, yk[i], tok, ha="left", va="center", fontsize=9)
+        ax.text(1.0, yk[i], tok, ha="left", va="center", fontsize=font)
+    if query_label or key_label:
+        ax.text(0.0, height - 0.2, query_label, ha="right", va="bottom", fontsize=8, style="italic")
+        ax.text(1.0, height - 0.2, key_label, ha="left", va="bottom", fontsize=8, style="italic")
     handles = [plt.Line2D([], [], color=colours[h], label=f"head {h}") for h in heads]
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.01), ncol=min(len(heads), 8),
               fontsize=7, frameon=False)
@@ -106,29 +137,40 @@ def plot_lines(weights, query_tokens, key_tokens, heads=None, query_index=None, 
     return fig
 
 
-def plot_heatmaps(weights, query_tokens, key_tokens, title="", path=None):
-    """One heatmap per head of ``weights`` ``[heads, query, key]`` (rows: queries)."""
+def plot_heatmaps(weights, query_tokens, key_tokens, title="", path=None, query_label="query",
+                  key_label="key", head_labels=None):
+    """One heatmap per head of ``weights`` ``[heads, query, key]`` (rows: queries), one
+    colourbar for all (weights 0..1); ``head_labels`` name the panels (default 0, 1, ...)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     n = weights.shape[0]
+    head_labels = list(range(n)) if head_labels is None else list(head_labels)
+    query_tokens, key_tokens = display_pieces(query_tokens), display_pieces(key_tokens)
     cols = min(n, 4)
     rows = (n + cols - 1) // cols
-    size = 0.22 * max(len(query_tokens), len(key_tokens)) + 1.5
-    fig, axes = plt.subplots(rows, cols, figsize=(cols * size, rows * size), squeeze=False)
+    longest = max(len(query_tokens), len(key_tokens))
+    size = min(0.22 * longest + 1.5, (MAX_INCHES - 0.8) / cols, MAX_INCHES / rows)  # 0.8: the colourbar
+    font = _font(longest) * 6 / 9
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * size + 0.8, rows * size), squeeze=False)
+    image = None
     for h in range(rows * cols):
         ax = axes[h // cols][h % cols]
         if h >= n:
             ax.axis("off")
             continue
-        ax.imshow(weights[h], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-        ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=6)
-        ax.set_yticks(range(len(query_tokens)), query_tokens, fontsize=6)
-        ax.set_title(f"head {h}", fontsize=8)
+        image = ax.imshow(weights[h], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+        ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=font)
+        ax.set_yticks(range(len(query_tokens)), query_tokens, fontsize=font)
+        ax.set_title(f"head {head_labels[h]}", fontsize=8)
+        if h % cols == 0:
+            ax.set_ylabel(query_label, fontsize=7)
+        if h // cols == rows - 1 or h + cols >= n:
+            ax.set_xlabel(key_label, fontsize=7)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="attention weight")
     if path is not None:
         fig.savefig(path, dpi=150, bbox_inches="tight")
     return fig
@@ -143,9 +185,10 @@ def plot_sentence_attention(model, tokenizer, sentence: str, out_dir) -> list:
     enc, cross = weights["encoder_self"], weights["decoder_cross"]
     lines = out_dir / "attention-encoder-lines.png"
     heat = out_dir / "attention-cross-heatmap.png"
-    plot_lines(enc[-1], src, src, title=f"encoder self-attention, layer {len(enc)} of {len(enc)}", path=lines)
-    plot_heatmaps(cross[-1], tgt, src, title=f"encoder-decoder attention, layer {len(cross)} of {len(cross)}",
-                  path=heat)
+    plot_lines(enc[-1], src, src, title=f"encoder self-attention, layer {len(enc)} of {len(enc)}", path=lines,
+               query_label="source", key_label="source")
+    plot_heatmaps(cross[-1], predicted_pieces(tgt), src, path=heat, query_label="predicting", key_label="source",
+                  title=f"encoder-decoder attention, layer {len(cross)} of {len(cross)}")
     import matplotlib.pyplot as plt
 
     plt.close("all")

@@ -1,0 +1,61 @@
+"""TensorFlow without its start-up banner: the entry point sets the log level before TensorFlow
+is imported, and imports it with the C++ start-up lines that no log level reaches (absl's
+"before InitializeLog" notice, the CUDA stub's "no GPU" line, oneDNN's notice) filtered out.
+Everything else written while importing is passed through, so real errors still show."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+#: Lines TensorFlow writes at import on a machine without a GPU that carry no information for a
+#: ``tft`` user (each matched as a whole line).
+NOISE = tuple(re.compile(p) for p in (
+    r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR",
+    r"[IW]\d{4} [\d:. ]+\d+ cudart_stub\.cc:\d+\] Could not find cuda drivers on your machine, GPU will not be used\.",
+    r".*oneDNN custom operations are on\..*",
+    r".*This TensorFlow binary is optimized to use available CPU instructions.*",
+    r"To enable the following instructions: .* in other operations, rebuild TensorFlow with the appropriate "
+    r"compiler flags\.",
+    r".*Unable to register cu(DNN|FFT|BLAS) factory.*",
+    r".*TF-TRT Warning: Could not find TensorRT",
+))
+
+
+def quiet_environment() -> None:
+    """The log level TensorFlow reads when it is imported (a user's own setting wins)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+
+def is_noise(line: str) -> bool:
+    return any(p.fullmatch(line.strip()) for p in NOISE)
+
+
+def import_tensorflow() -> None:
+    """Import TensorFlow and Keras with the :data:`NOISE` lines of file descriptor 2 dropped."""
+    if "tensorflow" in sys.modules:
+        return
+    import tempfile
+
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no file descriptor 2 (embedded interpreters): nothing to filter
+        return
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import keras  # noqa: F401
+            import tensorflow  # noqa: F401
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            text = captured.read().decode("utf-8", errors="replace")
+            kept = [line for line in text.splitlines() if line.strip() and not is_noise(line)]
+            if kept:
+                sys.stderr.write("\n".join(kept) + "\n")
+                sys.stderr.flush()

@@ -1,0 +1,100 @@
+"""Progress lines for a log file: what ``tft train`` shows when stdout is not a terminal.
+
+Keras' progress bar redraws one line with carriage returns and ANSI codes, which a log file
+(``tft train ... > train.log``, a CI job, ``nohup``) keeps as a wall of overwritten text.
+:class:`ProgressLines` prints plain lines instead: one every ``every_steps`` optimizer
+updates (update, epoch, the running training metrics, updates/s) and one at the end of each
+epoch with the epoch's training and validation metrics, e.g.::
+
+    update 200/2000  epoch 2/20  loss 5.1234  perplexity 212.4  accuracy 0.1830  lr 1.2e-03  1.9 updates/s
+    epoch 2/20 (update 200): loss 5.0982  perplexity 207.1  accuracy 0.1852  val_loss 4.8810 ...
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Callable, Optional
+
+import keras
+import numpy as np
+
+from tf_transformer.training.callbacks import current_step
+
+__all__ = ["ProgressLines", "stdout_is_terminal"]
+
+
+def stdout_is_terminal(stream=None) -> bool:
+    stream = sys.stdout if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _fmt(name: str, value) -> str:
+    v = float(np.asarray(value).reshape(-1)[0])
+    if name.endswith("learning_rate") or name == "lr":
+        return f"{name} {v:.2e}"
+    return f"{name} {v:.4f}" if abs(v) < 1e4 else f"{name} {v:.4g}"
+
+
+class ProgressLines(keras.callbacks.Callback):
+    """One plain line every ``every_steps`` updates and one per epoch (see the module doc).
+
+    Args:
+        every_steps: updates between lines (optimizer steps: with gradient accumulation, one
+            update is several Keras batches).
+        total_steps: the run's last update, for ``update N/total``.
+        epochs: the last epoch number, for ``epoch E/epochs``.
+        write: where lines go (default: print to stdout, flushed).
+    """
+
+    def __init__(self, every_steps: int, total_steps: int, epochs: int,
+                 write: Optional[Callable[[str], None]] = None):
+        super().__init__()
+        self.every_steps = max(1, int(every_steps))
+        self.total_steps = int(total_steps)
+        self.epochs = int(epochs)
+        self.write = write or (lambda line: print(line, flush=True))
+        self._epoch = 0
+        self._last_logged = None
+        self._mark = None
+
+    def on_train_begin(self, logs=None):
+        step = current_step(self.model)
+        self._last_logged = step
+        self._mark = (time.perf_counter(), step)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch + 1
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = current_step(self.model)
+        if step == self._last_logged or step % self.every_steps:
+            return
+        self._last_logged = step
+        now = time.perf_counter()
+        rate = (step - self._mark[1]) / max(now - self._mark[0], 1e-9)
+        self._mark = (now, step)
+        metrics = "  ".join(_fmt(k, v) for k, v in (logs or {}).items())
+        self.write(f"update {step:,}/{self.total_steps:,}  epoch {self._epoch}/{self.epochs}  {metrics}  "
+                   f"{rate:.2f} updates/s")
+
+    def on_epoch_end(self, epoch, logs=None):
+        metrics = "  ".join(_fmt(k, v) for k, v in (logs or {}).items())
+        self.write(f"epoch {epoch + 1}/{self.epochs} (update {current_step(self.model):,}): {metrics}")
+
+
+def resolve_verbose(verbose, train_config, enabled: bool = True, stream=None) -> tuple:
+    """``(keras_verbose, extra_callbacks)`` for ``model.fit``: ``"auto"`` is Keras' progress bar on
+    a terminal and, elsewhere, no Keras output plus :class:`ProgressLines` every
+    ``train.log_every_steps`` updates; 0, 1 and 2 are Keras' own (no extra lines)."""
+    if verbose != "auto":
+        return verbose, []
+    if stdout_is_terminal(stream):
+        return 1, []
+    if not enabled:
+        return 0, []
+    epochs = -(-train_config.train_steps // train_config.steps_per_epoch)
+    return 0, [ProgressLines(train_config.log_every_steps, train_config.train_steps, epochs)]

@@ -54,8 +54,33 @@ def run_on_count(sources, hypotheses) -> int:
     return sum(1 for s, h in zip(sources, hypotheses) if len(h.split()) > 2 * max(1, len(s.split())))
 
 
+def fingerprint(path: Path) -> str:
+    """sha256 of a file (the cache key of everything decoded with it)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _built_from(out: Path, sources: list) -> bool:
+    """Whether ``out`` exists and was built from exactly ``sources`` (recorded beside it)."""
+    record = out.with_name(out.name + ".sources.json")
+    return out.is_file() and record.is_file() and json.loads(record.read_text()) == sources
+
+
+def _record_sources(out: Path, sources: list) -> None:
+    record = out.with_name(out.name + ".sources.json")
+    tmp = record.with_name(".partial-" + record.name)
+    tmp.write_text(json.dumps(sources))
+    os.replace(tmp, record)
+
+
 def weight_sets(run: Path, cfg):
-    """``{name: path of a .keras model}``, building the averaged and best models once."""
+    """``{name: path of a .keras model}``. The best and averaged models are rebuilt whenever
+    the files they come from changed (a resumed run has a new best and new last checkpoints)."""
     import keras
 
     from tf_transformer.model import Transformer
@@ -66,18 +91,22 @@ def weight_sets(run: Path, cfg):
     best = sorted((run / "best").glob("best-*.weights.h5"), key=lambda p: int(p.name.split("-")[1].split(".")[0]))
     if best:
         out = run / "best.keras"
-        if not out.exists():
+        sources = [best[-1].name, fingerprint(best[-1])]
+        if not _built_from(out, sources):
             model = Transformer.from_config_section(cfg.model)
             model.build()
             model.load_weights(str(best[-1]))
             model.save(str(out))
+            _record_sources(out, sources)
         sets[f"best ({best[-1].name.split('.')[0]})"] = out
-    n_ckpt = len(list_checkpoints(run / "checkpoints"))
+    checkpoints = list_checkpoints(run / "checkpoints")
     for n in (5, 10):
-        if n_ckpt >= n:
+        if len(checkpoints) >= n:
             out = run / f"averaged-{n}.keras"
-            if not out.exists():
+            sources = [path.name for _, path in checkpoints[-n:]]
+            if not _built_from(out, sources):
                 say(average_run(run, last=n, output=out)["summary"])
+                _record_sources(out, sources)
             sets[f"average of last {n}"] = out
     del keras
     return sets
@@ -94,13 +123,13 @@ def decode_and_score(run: Path, name: str, model_path: Path, tokenizer, splits, 
     cache_dir.mkdir(parents=True, exist_ok=True)
     slug = name.split(" (")[0].replace(" ", "-")
     results, model = {}, None
+    weights = fingerprint(model_path)
     for split, (sources, references) in splits.items():
         for beam in beams:
             hyp_path = cache_dir / f"{slug}.{split}.beam{beam}.de"
             meta_path = hyp_path.with_suffix(".json")
-            if meta_path.is_file():
-                meta = json.loads(meta_path.read_text())
-            else:
+            meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+            if meta.get("weights") != weights:  # not decoded yet, or with other weights: decode again
                 if model is None:
                     model = keras.saving.load_model(str(model_path), compile=False)
                 translator = Translator(model, tokenizer, beam_size=beam, alpha=alpha,
@@ -114,7 +143,7 @@ def decode_and_score(run: Path, name: str, model_path: Path, tokenizer, splits, 
                 meta = {"scores": {k: round(scores[k].score, 2) for k in scores},
                         "signatures": {k: scores[k].signature for k in scores},
                         "run_ons": run_on_count(sources, hyps), "seconds": round(seconds, 1),
-                        "sentences": len(sources)}
+                        "sentences": len(sources), "weights": weights}
                 tmp = meta_path.with_name(".partial-" + meta_path.name)
                 tmp.write_text(json.dumps(meta, indent=1))
                 os.replace(tmp, meta_path)

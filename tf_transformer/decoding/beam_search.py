@@ -12,7 +12,9 @@ The search is a function of a ``symbols_to_logits_fn`` and knows nothing about t
     ``cache``: the nested structure given as ``initial_cache`` with every leaf tiled from
     ``[batch, ...]`` to ``[batch * beam, ...]`` (beam-major within each sentence).
     Returns ``logits`` ``[batch * beam, vocab_size]`` for the token at position
-    ``step + 1`` and the updated cache (same structure and shapes).
+    ``step + 1`` and the updated cache: the same structure, with the same leading
+    ``batch * beam`` axis; the other sizes may change from step to step (a key/value cache
+    that grows by one position per step does), except under XLA, which needs fixed shapes.
 
 The search (section 4 of the paper, with Wu et al. 2016's length penalty):
 
@@ -88,6 +90,16 @@ def _split_beam(t: tf.Tensor, beam_size: int) -> tf.Tensor:
     """``[batch * beam, ...]`` -> ``[batch, beam, ...]``."""
     d = _dims(t)
     return tf.reshape(t, [-1, beam_size] + d[1:])
+
+
+def _shape_invariants(state, cache_index: int):
+    """Shapes of the loop state for ``tf.while_loop``: exact for the search's own tensors,
+    only the rank for the model's cache leaves (they may grow; see the module docstring)."""
+    def relaxed(t):
+        return tf.TensorShape([None] * t.shape.rank)
+
+    return tuple(tf.nest.map_structure(relaxed, v) if i == cache_index else tf.nest.map_structure(
+        lambda t: t.shape, v) for i, v in enumerate(state))
 
 
 def beam_search(
@@ -253,7 +265,8 @@ def beam_search(
         finished_flags,
         done,
     )
-    state = tf.while_loop(cond, body, state, maximum_iterations=L)
+    state = tf.while_loop(cond, body, state, maximum_iterations=L,
+                          shape_invariants=_shape_invariants(state, cache_index=3))
     _, alive_seq, alive_log_probs, _, finished_seq, finished_scores, finished_flags, _ = state
 
     # A sentence can only lack finished hypotheses if the loop never ran (L == 0).

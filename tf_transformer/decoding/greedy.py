@@ -1,13 +1,16 @@
-"""Batched greedy decoding in TensorFlow ops only (one ``tf.while_loop``, fixed shapes).
+"""Batched greedy decoding in TensorFlow ops only (one ``tf.while_loop`` over fixed-shape search state).
 
 Same ``symbols_to_logits_fn(ids, step, cache) -> (logits, cache)`` contract as
 :func:`tf_transformer.decoding.beam_search.beam_search`, without the beam axis: ``ids`` is
-``[batch, max_decode_length + 1]`` and cache leaves keep their ``[batch, ...]`` shapes.
+``[batch, max_decode_length + 1]`` and cache leaves keep their leading ``batch`` axis (their
+other sizes may change from step to step, as in beam search).
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
+
+from tf_transformer.decoding.beam_search import _shape_invariants
 
 __all__ = ["greedy_search"]
 
@@ -65,10 +68,12 @@ def greedy_search(
     def cond(i, ids, scores, finished, cache):
         return (i < L) & ~tf.reduce_all(finished)
 
+    state = (tf.constant(0, tf.int32), ids, scores, finished, initial_cache)
     _, ids, scores, _, _ = tf.while_loop(
         cond,
         body,
-        (tf.constant(0, tf.int32), ids, scores, finished, initial_cache),
+        state,
         maximum_iterations=L,
+        shape_invariants=_shape_invariants(state, cache_index=4),
     )
     return ids, scores

@@ -71,20 +71,36 @@ def _join_cache(static, dynamic):
     return out
 
 
-def cached_decoder(model, source_ids, max_decode_length, beam_size: int = 1):
+def in_xla_context() -> bool:
+    """True while tracing a function that XLA compiles (``tf.function(jit_compile=True)``)."""
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # pragma: no cover (private module; without it, assume no XLA)
+        return False
+    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+
+
+def cached_decoder(model, source_ids, max_decode_length, beam_size: int = 1, static_cache: bool | None = None):
     """``(symbols_to_logits_fn, initial_cache)`` using the model's key/value cache.
 
     Runs the encoder once. The source side of the cache (each layer's cross-attention
     keys/values, computed once per sentence, and the source mask) is repeated
     ``beam_size`` times here and captured by the function, so the search never gathers
-    it; ``initial_cache`` holds only the self-attention buffers for
-    ``max_decode_length`` positions (batch-major: beam search tiles and reorders them).
-    With the default ``beam_size=1`` it suits greedy search; for beam search pass the
-    beam size (hypotheses are beam-major within each sentence, as in
-    :func:`tf_transformer.decoding.beam_search.beam_search`).
+    it; ``initial_cache`` holds only the self-attention keys/values (batch-major: beam
+    search tiles and reorders them). With the default ``beam_size=1`` it suits greedy
+    search; for beam search pass the beam size (hypotheses are beam-major within each
+    sentence, as in :func:`tf_transformer.decoding.beam_search.beam_search`).
+
+    ``static_cache``: ``True`` preallocates the self-attention buffers for
+    ``max_decode_length`` positions (fixed shapes, which XLA needs); ``False`` starts them
+    empty and grows them by one position per step, so every step writes, attends over and
+    reorders only the positions decoded so far. The default picks ``True`` inside an
+    XLA-compiled function and ``False`` elsewhere. Both give the same outputs.
     """
+    if static_cache is None:
+        static_cache = in_xla_context()
     memory, source_mask = model.encode(source_ids, training=False)
-    cache = model.init_cache(memory, source_mask, max_decode_length)  # int or int32 tensor
+    cache = model.init_cache(memory, source_mask, max_decode_length if static_cache else None)
     static, dynamic = _split_cache(cache)
     if beam_size > 1:
         static = tf.nest.map_structure(lambda t: tf.repeat(t, beam_size, axis=0), static)
@@ -133,6 +149,7 @@ def translate_batch(
     eos_id: int = 3,
     cached: bool = True,
     stop_early: bool = True,
+    static_cache: bool | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Translate a padded batch of source ids.
 
@@ -149,6 +166,9 @@ def translate_batch(
         ``min(source_length + max_extra_length, model.max_length)``: a Python int when the
         source length is static (XLA-friendly), a tensor otherwise.
       cached: use the key/value cache (``False``: re-run the decoder over the prefix).
+      static_cache: preallocated key/value buffers (``True``) or ones that grow per step
+        (``False``); default: preallocated only inside an XLA-compiled function (see
+        :func:`cached_decoder`). The outputs are the same.
 
     Returns:
       ``(target_ids, scores)``: int32 ``[batch, max_decode_length]`` with the generated
@@ -169,7 +189,8 @@ def translate_batch(
     max_lengths = tf.minimum(source_lengths + int(max_extra_length), limit)
 
     if cached:
-        fn, cache = cached_decoder(model, source_ids, max_decode_length, beam_size=max(int(beam_size), 1))
+        fn, cache = cached_decoder(model, source_ids, max_decode_length, beam_size=max(int(beam_size), 1),
+                                   static_cache=static_cache)
     else:
         fn, cache = uncached_decoder(model, source_ids, max_decode_length, beam_size=max(int(beam_size), 1))
     batch = tf.shape(source_ids)[0]

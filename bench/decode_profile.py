@@ -44,8 +44,8 @@ def op_times(logdir: str) -> tuple[dict, float]:
     """``({op type: seconds}, seconds of all ops)`` from the newest ``.xplane.pb`` under ``logdir``.
 
     Counts the TensorFlow op events of the executor threads (named ``op_name:OpType``),
-    each with everything it ran inside (an op that runs an XLA program includes it), and
-    none of the executor's own wrapper events (``ExecutorState::Process``, ``ParallelFor``).
+    each with everything it ran inside (an op that runs an XLA program includes it, once),
+    and none of the executor's own wrapper events (``ExecutorState::Process``, ``ParallelFor``).
     """
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
@@ -63,10 +63,12 @@ def op_times(logdir: str) -> tuple[dict, float]:
         for line in plane.lines:
             if not line.name.startswith("tf_Compute"):
                 continue
-            for ev in line.events:
+            end = -1  # events inside a counted op (an XLA program it runs, say) are part of it
+            for ev in sorted(line.events, key=lambda e: (e.offset_ps, -e.duration_ps)):
                 name = names.get(ev.metadata_id, "")
-                if ":" in name and not name.startswith("ExecutorState"):
+                if ":" in name and not name.startswith("ExecutorState") and ev.offset_ps >= end:
                     totals[name.rsplit(":", 1)[-1]] += ev.duration_ps * 1e-12
+                    end = ev.offset_ps + ev.duration_ps
     return dict(totals), sum(totals.values())
 
 

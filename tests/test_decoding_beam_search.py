@@ -352,3 +352,72 @@ def test_xla_and_dynamic_length_match_eager():
     for got in (xla(bos, lengths), dynamic(bos, tf.constant(7))):
         np.testing.assert_array_equal(got[0].numpy(), eager[0].numpy())
         np.testing.assert_allclose(got[1].numpy(), eager[1].numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_n_best_one_same_best_in_fewer_steps(alpha):
+    """Waiting only until nothing live can beat the best finished hypothesis returns the
+    same best hypothesis and score as waiting for all beam slots, in fewer steps."""
+    V = 8
+    outputs, counts = {}, {}
+    for seed in range(6):
+        table = random_table(100 + seed, vocab=V)
+        table[:, EOS] -= 1.0  # longer outputs: more steps for the bar to matter
+        steps = tf.Variable(0)
+        base = markov_fn(table)
+
+        def counting(ids, step, cache):
+            steps.assign_add(1)
+            return base(ids, step, cache)
+
+        for n_best in (None, 1):
+            steps.assign(0)
+            ids, scores = tf.function(lambda: beam_search(counting, tf.fill([5], BOS), {}, V, 4, alpha=alpha,
+                                                          max_decode_length=30, eos_id=EOS, n_best=n_best))()
+            outputs[seed, n_best] = (ids.numpy()[:, 0], scores.numpy()[:, 0])
+            counts[seed, n_best] = int(steps.numpy())
+        np.testing.assert_array_equal(outputs[seed, 1][0], outputs[seed, None][0])
+        np.testing.assert_allclose(outputs[seed, 1][1], outputs[seed, None][1], atol=1e-6)
+        assert counts[seed, 1] <= counts[seed, None]
+    assert sum(counts[s, 1] for s in range(6)) < sum(counts[s, None] for s in range(6))
+    with pytest.raises(ValueError, match="n_best=5"):
+        beam_search(markov_fn(random_table(0)), tf.constant([BOS]), {}, 6, 4, n_best=5)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_drop_finished_same_results_and_fewer_rows(beam):
+    """Removing stopped sentences from the batch changes nothing but the work: the function
+    sees fewer rows as sentences finish, and gets its sentence-level tensors cut alike."""
+    V, B = 7, 9
+    rng = np.random.default_rng(5)
+    tables = rng.normal(0, 1.5, size=(B, V, V)).astype("float32")  # one Markov table per sentence
+    tables[:, :, [PAD, 1, BOS]] = JUNK
+    tables[np.arange(B), :, EOS] += np.linspace(-2.0, 3.0, B)[:, None]  # sentences end at varied steps
+    lengths = tf.constant([3, 12, 5, 12, 8, 2, 12, 9, 6])
+    rows_seen = tf.Variable(tf.zeros([0], tf.int32), shape=[None])
+
+    def fn(ids, step, cache, sentence):
+        rows_seen.assign(tf.concat([rows_seen, tf.shape(ids)[:1]], 0))
+        # the sentence-level table, repeated per hypothesis: [rows, V, V] -> this row's logits
+        logits = tf.gather(sentence["table"], ids[:, step], batch_dims=1)
+        return logits, {"seen": cache["seen"] + 1}
+
+    def run(drop):
+        rows_seen.assign(tf.zeros([0], tf.int32))
+        cache = {"seen": tf.zeros([B, 1], tf.int32)}
+        bos = tf.fill([B], BOS)
+        if beam == 1:
+            return greedy_search(fn, bos, cache, 12, EOS, max_lengths=lengths, sentence_cache={"table": tables},
+                                 drop_finished=drop)
+        return beam_search(fn, bos, cache, V, beam, alpha=0.6, max_decode_length=12, eos_id=EOS,
+                           max_lengths=lengths, sentence_cache={"table": tables}, drop_finished=drop)
+
+    kept_ids, kept_scores = tf.function(lambda: run(False))()
+    kept_rows = rows_seen.numpy().copy()
+    ids, scores = tf.function(lambda: run(True))()
+    rows = rows_seen.numpy()
+    np.testing.assert_array_equal(ids.numpy(), kept_ids.numpy())
+    np.testing.assert_allclose(scores.numpy(), kept_scores.numpy(), atol=1e-6)
+    assert (kept_rows == B * beam).all()
+    assert rows[0] == B * beam and rows[-1] < B * beam and (np.diff(rows) <= 0).all()
+    assert rows.sum() < kept_rows.sum()

@@ -206,14 +206,17 @@ class Transformer(keras.Model):
         return {"encoder_self": enc, "decoder_self": [w[0] for w in dec], "decoder_cross": [w[1] for w in dec]}
 
     # -- incremental decoding ---------------------------------------------------------
-    def init_cache(self, memory, source_mask, max_length):
-        """Decoding state for ``max_length`` output positions.
+    def init_cache(self, memory, source_mask, max_length=None):
+        """Decoding state for up to ``max_length`` output positions.
 
         A dict of batch-major tensors: ``source_mask`` ``[batch, source_length]`` and, per
         decoder layer, the cross-attention keys/values of ``memory`` (computed once here) and
-        preallocated self-attention key/value buffers ``[batch, heads, max_length, d]`` that
-        :meth:`decode_step` fills one position per step. Fixed shapes keep the decoding loop
-        a single ``tf.while_loop`` / XLA program.
+        the self-attention keys/values that :meth:`decode_step` adds one position per step.
+        With ``max_length``, those are preallocated ``[batch, heads, max_length, d]`` buffers:
+        fixed shapes, as an XLA-compiled (or ``jax.jit``) decoding loop needs. With
+        ``max_length=None`` they start empty and grow by one position per step, so a step
+        costs what the prefix decoded so far costs (the faster choice where shapes may change;
+        see :meth:`tf_transformer.layers.decoder.DecoderLayer.init_cache`).
         """
         cache = self.decoder.init_cache(memory, max_length)  # int or int32 scalar tensor
         cache["source_mask"] = source_mask

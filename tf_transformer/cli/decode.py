@@ -30,7 +30,8 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the .keras model (from tft train / tft average); with --engine ctranslate2, the "
                              "directory written by tft export --format ctranslate2")
     parser.add_argument("--vocab", default=None,
-                        help="the SentencePiece .model used in training (default: data.vocab_model of --config)")
+                        help="the SentencePiece .model used in training (default: data.vocab_model of --config; "
+                             "with --engine ctranslate2, the copy inside the export)")
     parser.add_argument("--config", default=None,
                         help="config preset or YAML whose decode section gives the defaults below")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
@@ -41,8 +42,9 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
                         help="output may be up to input length + this many tokens (default 50)")
     parser.add_argument("--batch-size", type=int, default=None, help="sentences per batch (default 64)")
     parser.add_argument("--xla", action="store_true",
-                        help="compile the decoding graph with XLA (one compilation per batch shape: pays off only "
-                        "on long jobs)")
+                        help="compile the decoding graph with XLA: one compilation per batch shape, and fixed shapes "
+                             "(a full-length key/value cache, no shrinking batch): slower than the default graph for "
+                             "greedy and beam search alike on the demo model (tools/bench/RESULTS.md)")
     parser.add_argument("--engine", default="tensorflow", choices=("tensorflow", "ctranslate2"),
                         help="tensorflow (default: our beam search) or ctranslate2 (a CTranslate2 export; "
                              "needs the [ct2] extra; --alpha 0 gives our outputs exactly, see docs/serving.md)")

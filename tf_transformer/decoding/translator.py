@@ -172,11 +172,15 @@ class Translator:
             return translate_batch(model, source_ids, beam_size=self.beam_size, alpha=self.alpha,
                                    max_extra_length=self.max_extra_length, bos_id=bos, eos_id=eos, cached=cached)
 
+        # autograph=False: the decoding code writes its loops with tf.while_loop/tf.cond itself,
+        # and converting the Keras layers' Python for nothing took most of the tracing time
+        # (7-10 s of a `tft translate` process, 2 s without)
         if jit_compile:
             # XLA needs static shapes: trace per batch shape (lengths are bucketed below).
-            self._decode = tf.function(decode, jit_compile=True)
+            self._decode = tf.function(decode, jit_compile=True, autograph=False)
         else:
-            self._decode = tf.function(decode, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+            self._decode = tf.function(decode, input_signature=[tf.TensorSpec([None, None], tf.int32)],
+                                       autograph=False)
         self._bucket = 8 if jit_compile else 1
 
     def translate_ids(self, sources: Sequence[Sequence[int]], progress: Callable[[int], None] | None = None

@@ -1,6 +1,7 @@
 """Beam search on hand-made logits functions: known best sequences, the length-penalty
 formula, early stopping, beam 1 == greedy, cached == uncached, per-sentence limits."""
 
+import importlib
 import itertools
 import math
 
@@ -8,8 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_transformer.decoding.beam_search import beam_search, length_penalty
+from tf_transformer.decoding.beam_search import _chunk_size, _top_candidates, beam_search, length_penalty
 from tf_transformer.decoding.greedy import greedy_search
+
+beam_search_module = importlib.import_module("tf_transformer.decoding.beam_search")  # the package exports the function
 
 PAD, BOS, EOS = 0, 2, 3
 JUNK = -1e4  # logit for ids that should never be produced (pad, unk, bos)
@@ -99,11 +102,14 @@ def test_trap_greedy_misses_beam_finds():
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0, 2.5])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_exhaustive_beam_equals_brute_force(alpha, seed):
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_exhaustive_beam_equals_brute_force(alpha, seed, chunk, monkeypatch):
     # Beam 32 over 3 real tokens (EOS, 4, 5) and max length 4 holds every live prefix, so the
     # search is exhaustive: its finished set must equal the brute-force ranking of the
     # hypotheses that end in EOS, scores included (the length penalty applied as the formula
-    # says); hypotheses cut at the limit do not compete with them.
+    # says); hypotheses cut at the limit do not compete with them. chunk=3: the candidates'
+    # top-k through chunk maxima (what a real vocabulary gets), forced on this 6-token one.
+    monkeypatch.setattr(beam_search_module, "_chunk_size", lambda vocab_size: chunk)
     table = random_table(seed)
     max_len = 4
     expected = brute_force(table, alpha, max_len, tokens=[EOS, 4, 5])
@@ -121,6 +127,37 @@ def test_exhaustive_beam_equals_brute_force(alpha, seed):
             # Markov chains have exact ties (permuted middles), so check the sequence's own score
             assert score_of[tuple(gseq)] == pytest.approx(gs, abs=1e-4)
         assert got[0][1] == expected[0][1]
+
+
+@pytest.mark.parametrize("vocab", [6, 8, 40, 100, 8000])
+def test_top_candidates_equal_top_k_ties_and_inf_included(vocab):
+    # The chunked top-k must give tf.math.top_k's values and indices exactly, ties (here
+    # many: log-probs on a grid of 0.5) going to the lower index, with -inf beams (beams
+    # not yet expanded, stopped sentences) and an all--inf sentence.
+    rng = np.random.default_rng(vocab)
+    chunk = _chunk_size(vocab) or 3
+    assert vocab % chunk == 0
+    for trial in range(20):
+        batch, beam = 3, int(rng.integers(1, 5))
+        log_probs = (rng.integers(-6, 1, (batch, beam, vocab)) * 0.5).astype("float32")
+        if trial % 2:
+            log_probs = rng.standard_normal((batch, beam, vocab)).astype("float32")
+        alive = (rng.integers(-3, 1, (batch, beam)) * 0.5).astype("float32")
+        alive[rng.random((batch, beam)) < 0.3] = -np.inf
+        alive[0, :] = -np.inf if trial % 4 == 0 else alive[0, :]
+        want = tf.math.top_k(np.reshape(alive[:, :, None] + log_probs, (batch, beam * vocab)), k=2 * beam)
+        values, index = _top_candidates(tf.constant(alive), tf.constant(log_probs), 2 * beam, chunk)
+        np.testing.assert_array_equal(values.numpy(), want.values.numpy())
+        np.testing.assert_array_equal(index.numpy(), want.indices.numpy())
+
+
+def test_chunk_size_divides_the_vocabulary():
+    assert _chunk_size(8000) == 64  # nearest sqrt(8000 / 2) = 63.2
+    assert _chunk_size(40) == 4
+    assert _chunk_size(6) is None and _chunk_size(7) is None  # no divisor >= 4 leaving two chunks
+    for vocab in (8, 37000, 32768, 1234):
+        chunk = _chunk_size(vocab)
+        assert chunk is None or (vocab % chunk == 0 and chunk >= 4 and vocab // chunk >= 2)
 
 
 def run_on_table():

@@ -222,13 +222,23 @@ class Transformer(keras.Model):
         cache["source_mask"] = source_mask
         return cache
 
-    def decode_step(self, token_ids, step, cache):
+    def step_weights(self):
+        """The weights of :meth:`decode_step` in the layout it multiplies by (the decoder
+        layers' side-by-side query/key/value kernels, the transposed output table). A decoding
+        loop computes them once, outside the loop, and passes them to every step; without
+        them each step rebuilds them from the variables. The outputs are the same."""
+        if not self.built:
+            self.build()
+        return {"decoder": self.decoder.step_weights(), "output_kernel": self.embedding.output_kernel()}
+
+    def decode_step(self, token_ids, step, cache, weights=None):
         """One decoder position.
 
         Args:
             token_ids: ``[batch]`` int, the decoder input at position ``step`` (BOS at 0).
             step: int32 scalar (tensor or int), the position being decoded.
             cache: from :meth:`init_cache` or the previous ``decode_step``.
+            weights: optional, :meth:`step_weights` (computed once per decoding loop).
 
         Returns:
             ``(logits [batch, vocab] float32, new_cache)``; the logits equal
@@ -236,9 +246,11 @@ class Transformer(keras.Model):
         """
         x = self.embed(ops.expand_dims(token_ids, 1), start_index=step, training=False)
         layer_cache = {k: v for k, v in cache.items() if k != "source_mask"}
-        hidden, new_cache = self.decoder.step(x, layer_cache, step, cache["source_mask"])
+        hidden, new_cache = self.decoder.step(x, layer_cache, step, cache["source_mask"],
+                                              None if weights is None else weights["decoder"])
         new_cache["source_mask"] = cache["source_mask"]
-        logits = ops.cast(self.embedding.logits(hidden[:, 0]), "float32")
+        kernel = None if weights is None else weights["output_kernel"]
+        logits = ops.cast(self.embedding.logits(hidden[:, 0], kernel), "float32")
         return logits, new_cache
 
 

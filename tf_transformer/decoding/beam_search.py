@@ -130,6 +130,43 @@ def _drop_rows(keep_rows, structure, per_row: int = 1):
     return tf.nest.map_structure(lambda t: tf.gather(t, keep_rows), structure)
 
 
+def _chunk_size(vocab_size: int) -> int | None:
+    """The chunk length :func:`_top_candidates` splits each hypothesis's ``vocab_size``
+    candidates into: the divisor of ``vocab_size`` nearest ``sqrt(vocab_size / 2)`` (which
+    makes its two ``top_k`` calls about equally long), at least 4 and leaving at least two
+    chunks per hypothesis; ``None`` (one ``top_k`` over everything) where there is none."""
+    target = (vocab_size / 2) ** 0.5
+    divisors = [c for c in range(4, vocab_size // 2 + 1) if vocab_size % c == 0]
+    return min(divisors, key=lambda c: (abs(c - target), c)) if divisors else None
+
+
+def _top_candidates(alive_log_probs, log_probs, k: int, chunk: int | None):
+    """``tf.math.top_k`` of the ``[batch, beam * vocab]`` candidate log-probabilities
+    ``alive_log_probs[:, :, None] + log_probs``, exactly: the same values and indices, ties
+    going to the lower index as ``top_k`` breaks them, without sorting ``beam * vocab``
+    numbers per sentence.
+
+    ``log_probs`` ``[batch, beam, vocab]`` is cut into chunks of ``chunk`` tokens. Adding a
+    beam's log-probability keeps the order of its candidates (rounding is monotone), so a
+    chunk's best candidate is ``alive + max(chunk)``; the ``k`` best chunks by that (ties to
+    the lower chunk) hold the ``k`` best candidates: a candidate outside them is preceded,
+    in ``top_k``'s order, by the ``k`` chunks' maxima. The chunks, put back in index order,
+    go through one ``top_k`` of ``k * chunk`` candidates, computed as the plain sum is.
+    ``chunk=None`` is the plain ``top_k`` over all of them.
+    """
+    K, V = log_probs.shape[1], log_probs.shape[2]
+    if chunk is None:
+        return tf.math.top_k(tf.reshape(alive_log_probs[:, :, None] + log_probs, [-1, K * V]), k=k)
+    n = V // chunk  # chunks per hypothesis
+    chunks = tf.reshape(log_probs, [-1, K * n, chunk])
+    offsets = tf.repeat(alive_log_probs, n, axis=1)  # [batch, K * n]: each chunk's beam log-prob
+    _, best_chunks = tf.math.top_k(offsets + tf.reduce_max(chunks, axis=2), k=k)
+    best_chunks = tf.sort(best_chunks, axis=1)  # index order, so that ties keep top_k's order
+    picked = tf.gather(offsets, best_chunks, batch_dims=1)[:, :, None] + tf.gather(chunks, best_chunks, batch_dims=1)
+    values, at = tf.math.top_k(tf.reshape(picked, [-1, k * chunk]), k=k)
+    return values, tf.gather(best_chunks, at // chunk, batch_dims=1) * chunk + at % chunk
+
+
 def _call(fn, ids, step, cache, sentence_cache):
     if sentence_cache is None:
         return fn(ids, step, cache)
@@ -236,6 +273,7 @@ def beam_search(
     out_seq, out_scores, out_flags = tf.identity(alive_seq), tf.identity(alive_log_probs), finished_flags
 
     has_sentence_cache = sentence_cache is not None
+    chunk = _chunk_size(V)
 
     def body(i, alive_seq, alive_log_probs, alive_cache, finished_seq, finished_scores, finished_flags, done,
              rows, max_lengths, max_lp, sentence_cache, out_seq, out_scores, out_flags):
@@ -247,8 +285,7 @@ def beam_search(
         log_probs = tf.nn.log_softmax(logits, axis=-1)
 
         # Expand every live hypothesis by every token; keep the 2K best by log-prob.
-        candidates = tf.reshape(alive_log_probs[:, :, None] + log_probs, [-1, K * V])
-        topk_log_probs, topk_index = tf.math.top_k(candidates, k=2 * K)
+        topk_log_probs, topk_index = _top_candidates(alive_log_probs, log_probs, 2 * K, chunk)
         origin = topk_index // V  # [batch, 2K] beam each candidate extends
         token = topk_index % V
         topk_seq = tf.gather(alive_seq, origin, batch_dims=1)

@@ -97,9 +97,11 @@ def cached_decoder_parts(model, source_ids, max_decode_length=None, static_cache
     memory, source_mask = model.encode(source_ids, training=False)
     cache = model.init_cache(memory, source_mask, max_decode_length if static_cache else None)
     sentence, per_hypothesis = _split_cache(cache)
+    weights = model.step_weights() if hasattr(model, "step_weights") else None  # once, outside the loop
 
     def symbols_to_logits_fn(ids, step, cache, sentence_cache):
-        logits, new_cache = model.decode_step(ids[:, step], step, _join_cache(sentence_cache, cache))
+        kwargs = {} if weights is None else {"weights": weights}
+        logits, new_cache = model.decode_step(ids[:, step], step, _join_cache(sentence_cache, cache), **kwargs)
         return logits, _split_cache(new_cache)[1]
 
     return symbols_to_logits_fn, per_hypothesis, sentence

@@ -112,15 +112,22 @@ class DecoderLayer(SublayerSettings):
             "cross_value": cross_v,
         }
 
-    def step(self, x, cache, step, memory_mask=None):
+    def step_weights(self):
+        """Weights of :meth:`step` in the form it multiplies by, for a caller to compute once
+        per decoding loop rather than once per step: the self-attention's side-by-side
+        query/key/value kernel (:meth:`MultiHeadAttention.self_projection`)."""
+        return {"self_projection": self.self_attention.self_projection()}
+
+    def step(self, x, cache, step, memory_mask=None, weights=None):
         """Decode one position: ``x`` ``[batch, 1, d_model]`` is the input at ``step``.
 
         Adds this position's key/value to the self-attention cache (written at index ``step``
         of the fixed buffers, or appended to the growing prefix: see :meth:`init_cache`) and
-        attends over positions ``0..step``. Returns ``(output [batch, 1, d_model], cache)``.
+        attends over positions ``0..step``. ``weights``: :meth:`step_weights` (optional; the
+        same result). Returns ``(output [batch, 1, d_model], cache)``.
         """
         attn = self.self_attention
-        q, k, v = attn.project_self(x)
+        q, k, v = attn.project_self(x, None if weights is None else weights["self_projection"])
         new_cache = dict(cache)
         if "prefix_key" in cache:
             keys = ops.concatenate([cache["prefix_key"], ops.cast(k, cache["prefix_key"].dtype)], axis=2)
@@ -199,10 +206,15 @@ class Decoder(LayerStack):
     def init_cache(self, memory, max_length=None):
         return {f"layer_{i}": layer.init_cache(memory, max_length) for i, layer in enumerate(self.layers)}
 
-    def step(self, x, cache, step, memory_mask=None):
+    def step_weights(self):
+        """Each layer's :meth:`DecoderLayer.step_weights`, keyed like the cache."""
+        return {f"layer_{i}": layer.step_weights() for i, layer in enumerate(self.layers)}
+
+    def step(self, x, cache, step, memory_mask=None, weights=None):
         new_cache = {}
         for i, layer in enumerate(self.layers):
-            x, new_cache[f"layer_{i}"] = layer.step(x, cache[f"layer_{i}"], step, memory_mask)
+            layer_weights = None if weights is None else weights[f"layer_{i}"]
+            x, new_cache[f"layer_{i}"] = layer.step(x, cache[f"layer_{i}"], step, memory_mask, layer_weights)
         return x, new_cache
 
     def compute_output_shape(self, x_shape, memory_shape=None):

@@ -32,6 +32,10 @@ Three measurements, each after one untimed warm-up call (tracing):
 5. **Whole process** (``--process``): ``tft translate`` of the test set as a subprocess,
    for each engine: wall time and CPU time (the child's user + system).
 
+``--tf-threads N`` gives TensorFlow N intra-op and N inter-op threads (ours, in this
+process, and the ``tft translate --threads N`` processes); ``--ct2-threads`` and
+``--ct2-int8-threads`` set CTranslate2's.
+
 Every timed figure is given as wall sentences/s and as sentences per CPU-second (the
 process's user + system time over all its threads). On a shared machine the CPU-time
 figure is the stable one: a process that waits for the CPU is charged wall time, not CPU
@@ -80,6 +84,9 @@ def parse_args(argv=None):
     p.add_argument("--ct2-threads", type=int, default=2, help="CPU threads of CTranslate2 float32 (default 2)")
     p.add_argument("--ct2-int8-threads", type=int, default=1, help="CPU threads of CTranslate2 int8 (default 1)")
     p.add_argument("--skip-identity", action="store_true", help="with --ct2: no alpha-0 beam identity run")
+    p.add_argument("--tf-threads", type=int, default=0,
+                   help="TensorFlow's intra- and inter-op threads, ours and `tft translate --threads` (default 0: "
+                        "TensorFlow's choice, one per core)")
     p.add_argument("--process", action="store_true",
                    help="also time whole `tft translate` processes over the test set (each engine)")
     p.add_argument("--skip-quality", action="store_true", help="no BLEU (faster)")
@@ -248,8 +255,9 @@ def whole_process(args, sources, ct2_dirs) -> dict:
     for beam in (1, args.beam):
         common = ["--input", src.name, "--output", dest, "--beam", str(beam), "--alpha", str(args.alpha),
                   "--batch-size", str(args.batch_size), "--max-extra-len", str(args.max_extra_len), "--quiet"]
+        threads = ["--threads", str(args.tf_threads)] if args.tf_threads else []
         runs.append(("tft translate greedy" if beam == 1 else f"tft translate beam{beam}",
-                     [tft, "translate", "--model", args.model, "--vocab", args.vocab] + common))
+                     [tft, "translate", "--model", args.model, "--vocab", args.vocab] + threads + common))
         if ct2_dirs:
             path, threads = ct2_dirs["ct2-float32"]
             runs.append((f"tft translate --engine ctranslate2 {'greedy' if beam == 1 else f'beam{beam}'}",
@@ -372,6 +380,10 @@ def machine() -> dict:
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.tf_threads:
+        from tf_transformer.decoding.translator import set_cpu_threads
+
+        set_cpu_threads(args.tf_threads)  # before TensorFlow's first op
     model, tok, sources, refs, what = load(args)
     print(f"decode_throughput: {len(sources)} sentences of {what}; model {args.model}", file=sys.stderr)
     throughput, identity, process = {}, {}, {}
@@ -388,6 +400,7 @@ def main(argv=None):
         speed = cache_speedup(model, tok, sources, args)
     result = {"command": "python " + " ".join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:])),
               "data": what, "model": args.model, "batch_size": args.batch_size, "xla": args.xla,
+              "tf_threads": args.tf_threads,
               "machine": machine(), "throughput": throughput, "identity": identity, "process": process,
               "cache": speed}
 

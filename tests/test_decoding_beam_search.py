@@ -1,6 +1,7 @@
 """Beam search on hand-made logits functions: known best sequences, the length-penalty
 formula, early stopping, beam 1 == greedy, cached == uncached, per-sentence limits."""
 
+import importlib
 import itertools
 import math
 
@@ -8,8 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_transformer.decoding.beam_search import beam_search, length_penalty
+from tf_transformer.decoding.beam_search import _chunk_size, _top_candidates, beam_search, length_penalty
 from tf_transformer.decoding.greedy import greedy_search
+
+beam_search_module = importlib.import_module("tf_transformer.decoding.beam_search")  # the package exports the function
 
 PAD, BOS, EOS = 0, 2, 3
 JUNK = -1e4  # logit for ids that should never be produced (pad, unk, bos)
@@ -99,11 +102,14 @@ def test_trap_greedy_misses_beam_finds():
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0, 2.5])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_exhaustive_beam_equals_brute_force(alpha, seed):
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_exhaustive_beam_equals_brute_force(alpha, seed, chunk, monkeypatch):
     # Beam 32 over 3 real tokens (EOS, 4, 5) and max length 4 holds every live prefix, so the
     # search is exhaustive: its finished set must equal the brute-force ranking of the
     # hypotheses that end in EOS, scores included (the length penalty applied as the formula
-    # says); hypotheses cut at the limit do not compete with them.
+    # says); hypotheses cut at the limit do not compete with them. chunk=3: the candidates'
+    # top-k through chunk maxima (what a real vocabulary gets), forced on this 6-token one.
+    monkeypatch.setattr(beam_search_module, "_chunk_size", lambda vocab_size: chunk)
     table = random_table(seed)
     max_len = 4
     expected = brute_force(table, alpha, max_len, tokens=[EOS, 4, 5])
@@ -121,6 +127,37 @@ def test_exhaustive_beam_equals_brute_force(alpha, seed):
             # Markov chains have exact ties (permuted middles), so check the sequence's own score
             assert score_of[tuple(gseq)] == pytest.approx(gs, abs=1e-4)
         assert got[0][1] == expected[0][1]
+
+
+@pytest.mark.parametrize("vocab", [6, 8, 40, 100, 8000])
+def test_top_candidates_equal_top_k_ties_and_inf_included(vocab):
+    # The chunked top-k must give tf.math.top_k's values and indices exactly, ties (here
+    # many: log-probs on a grid of 0.5) going to the lower index, with -inf beams (beams
+    # not yet expanded, stopped sentences) and an all--inf sentence.
+    rng = np.random.default_rng(vocab)
+    chunk = _chunk_size(vocab) or 3
+    assert vocab % chunk == 0
+    for trial in range(20):
+        batch, beam = 3, int(rng.integers(1, 5))
+        log_probs = (rng.integers(-6, 1, (batch, beam, vocab)) * 0.5).astype("float32")
+        if trial % 2:
+            log_probs = rng.standard_normal((batch, beam, vocab)).astype("float32")
+        alive = (rng.integers(-3, 1, (batch, beam)) * 0.5).astype("float32")
+        alive[rng.random((batch, beam)) < 0.3] = -np.inf
+        alive[0, :] = -np.inf if trial % 4 == 0 else alive[0, :]
+        want = tf.math.top_k(np.reshape(alive[:, :, None] + log_probs, (batch, beam * vocab)), k=2 * beam)
+        values, index = _top_candidates(tf.constant(alive), tf.constant(log_probs), 2 * beam, chunk)
+        np.testing.assert_array_equal(values.numpy(), want.values.numpy())
+        np.testing.assert_array_equal(index.numpy(), want.indices.numpy())
+
+
+def test_chunk_size_divides_the_vocabulary():
+    assert _chunk_size(8000) == 64  # nearest sqrt(8000 / 2) = 63.2
+    assert _chunk_size(40) == 4
+    assert _chunk_size(6) is None and _chunk_size(7) is None  # no divisor >= 4 leaving two chunks
+    for vocab in (8, 37000, 32768, 1234):
+        chunk = _chunk_size(vocab)
+        assert chunk is None or (vocab % chunk == 0 and chunk >= 4 and vocab // chunk >= 2)
 
 
 def run_on_table():
@@ -352,3 +389,72 @@ def test_xla_and_dynamic_length_match_eager():
     for got in (xla(bos, lengths), dynamic(bos, tf.constant(7))):
         np.testing.assert_array_equal(got[0].numpy(), eager[0].numpy())
         np.testing.assert_allclose(got[1].numpy(), eager[1].numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_n_best_one_same_best_in_fewer_steps(alpha):
+    """Waiting only until nothing live can beat the best finished hypothesis returns the
+    same best hypothesis and score as waiting for all beam slots, in fewer steps."""
+    V = 8
+    outputs, counts = {}, {}
+    for seed in range(6):
+        table = random_table(100 + seed, vocab=V)
+        table[:, EOS] -= 1.0  # longer outputs: more steps for the bar to matter
+        steps = tf.Variable(0)
+        base = markov_fn(table)
+
+        def counting(ids, step, cache):
+            steps.assign_add(1)
+            return base(ids, step, cache)
+
+        for n_best in (None, 1):
+            steps.assign(0)
+            ids, scores = tf.function(lambda: beam_search(counting, tf.fill([5], BOS), {}, V, 4, alpha=alpha,
+                                                          max_decode_length=30, eos_id=EOS, n_best=n_best))()
+            outputs[seed, n_best] = (ids.numpy()[:, 0], scores.numpy()[:, 0])
+            counts[seed, n_best] = int(steps.numpy())
+        np.testing.assert_array_equal(outputs[seed, 1][0], outputs[seed, None][0])
+        np.testing.assert_allclose(outputs[seed, 1][1], outputs[seed, None][1], atol=1e-6)
+        assert counts[seed, 1] <= counts[seed, None]
+    assert sum(counts[s, 1] for s in range(6)) < sum(counts[s, None] for s in range(6))
+    with pytest.raises(ValueError, match="n_best=5"):
+        beam_search(markov_fn(random_table(0)), tf.constant([BOS]), {}, 6, 4, n_best=5)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_drop_finished_same_results_and_fewer_rows(beam):
+    """Removing stopped sentences from the batch changes nothing but the work: the function
+    sees fewer rows as sentences finish, and gets its sentence-level tensors cut alike."""
+    V, B = 7, 9
+    rng = np.random.default_rng(5)
+    tables = rng.normal(0, 1.5, size=(B, V, V)).astype("float32")  # one Markov table per sentence
+    tables[:, :, [PAD, 1, BOS]] = JUNK
+    tables[np.arange(B), :, EOS] += np.linspace(-2.0, 3.0, B)[:, None]  # sentences end at varied steps
+    lengths = tf.constant([3, 12, 5, 12, 8, 2, 12, 9, 6])
+    rows_seen = tf.Variable(tf.zeros([0], tf.int32), shape=[None])
+
+    def fn(ids, step, cache, sentence):
+        rows_seen.assign(tf.concat([rows_seen, tf.shape(ids)[:1]], 0))
+        # the sentence-level table, repeated per hypothesis: [rows, V, V] -> this row's logits
+        logits = tf.gather(sentence["table"], ids[:, step], batch_dims=1)
+        return logits, {"seen": cache["seen"] + 1}
+
+    def run(drop):
+        rows_seen.assign(tf.zeros([0], tf.int32))
+        cache = {"seen": tf.zeros([B, 1], tf.int32)}
+        bos = tf.fill([B], BOS)
+        if beam == 1:
+            return greedy_search(fn, bos, cache, 12, EOS, max_lengths=lengths, sentence_cache={"table": tables},
+                                 drop_finished=drop)
+        return beam_search(fn, bos, cache, V, beam, alpha=0.6, max_decode_length=12, eos_id=EOS,
+                           max_lengths=lengths, sentence_cache={"table": tables}, drop_finished=drop)
+
+    kept_ids, kept_scores = tf.function(lambda: run(False))()
+    kept_rows = rows_seen.numpy().copy()
+    ids, scores = tf.function(lambda: run(True))()
+    rows = rows_seen.numpy()
+    np.testing.assert_array_equal(ids.numpy(), kept_ids.numpy())
+    np.testing.assert_allclose(scores.numpy(), kept_scores.numpy(), atol=1e-6)
+    assert (kept_rows == B * beam).all()
+    assert rows[0] == B * beam and rows[-1] < B * beam and (np.diff(rows) <= 0).all()
+    assert rows.sum() < kept_rows.sum()

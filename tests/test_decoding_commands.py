@@ -116,9 +116,27 @@ def test_progress_bar_lines(tmp_path):
 def test_cli_translate_stdin_stdout(assets):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run([sys.executable, "-m", "tf_transformer.cli", "translate", "--model", assets[0],
-                           "--vocab", assets[1], "--beam", "1"],
+                           "--vocab", assets[1], "--beam", "1", "--threads", "1"],
                           input=b"a dog.\n\nthe girl plays\n", capture_output=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr.decode()
     out = proc.stdout.decode("utf-8").split("\n")
     assert len(out) == 4 and out[1] == "" and out[3] == ""
     assert b"wrote 3 translations to stdout" in proc.stderr
+
+
+def test_import_tensorflow_skips_matplotlib_and_sets_threads():
+    # In a fresh process: TensorFlow (and Keras) imported without matplotlib, TensorFlow's
+    # thread pools set, and matplotlib importable as usual afterwards.
+    code = ("import sys, importlib.util\n"
+            "from tf_transformer.cli.decode import import_tensorflow\n"
+            "import_tensorflow(1)\n"
+            "import tensorflow as tf, keras\n"
+            "assert 'matplotlib' not in sys.modules, 'matplotlib was imported'\n"
+            "assert tf.config.threading.get_intra_op_parallelism_threads() == 1\n"
+            "assert tf.config.threading.get_inter_op_parallelism_threads() == 1\n"
+            "if importlib.util.find_spec('matplotlib'):\n"
+            "    import matplotlib.pyplot\n"
+            "print('ok')\n")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0 and proc.stdout.strip() == b"ok", proc.stderr.decode()[-2000:]

@@ -77,6 +77,26 @@ def test_cached_incremental_decoding_equals_full_pass(position_encoding):
         np.testing.assert_allclose(np_(logits), full[:, step], atol=1e-5)
 
 
+@pytest.mark.parametrize("max_length", [None, 12])  # the growing and the preallocated cache
+def test_step_weights_give_the_same_steps(max_length):
+    # decode_step with the weights prepared once (what the decoding loop passes) must give
+    # the very logits and cache of the step that reads the variables itself.
+    model = small_model(key_dim=6, value_dim=10)
+    src, tgt = batch(seed=3, t=5)
+    weights = model.step_weights()
+    assert np_(weights["output_kernel"]).shape == (model.d_model, model.vocab_size)
+    np.testing.assert_array_equal(np_(weights["output_kernel"]), np_(model.output_table).T)
+    memory, mask = model.encode(src)
+    plain = prepared = model.init_cache(memory, mask, max_length=max_length)
+    for step in range(tgt.shape[1]):
+        token, at = ops.convert_to_tensor(tgt[:, step]), ops.convert_to_tensor(step)
+        logits, plain = model.decode_step(token, at, plain)
+        logits_w, prepared = model.decode_step(token, at, prepared, weights=weights)
+        np.testing.assert_array_equal(np_(logits_w), np_(logits))
+        for a, b in zip(keras.tree.flatten(prepared), keras.tree.flatten(plain)):
+            np.testing.assert_array_equal(np_(a), np_(b))
+
+
 def test_cached_decoding_inside_tf_function():
     import tensorflow as tf
 

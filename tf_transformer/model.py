@@ -219,26 +219,39 @@ class Transformer(keras.Model):
                                   max_extra_length=max_extra_length, batch_size=batch_size)
 
     # -- incremental decoding ---------------------------------------------------------
-    def init_cache(self, memory, source_mask, max_length):
-        """Decoding state for ``max_length`` output positions.
+    def init_cache(self, memory, source_mask, max_length=None):
+        """Decoding state for up to ``max_length`` output positions.
 
         A dict of batch-major tensors: ``source_mask`` ``[batch, source_length]`` and, per
         decoder layer, the cross-attention keys/values of ``memory`` (computed once here) and
-        preallocated self-attention key/value buffers ``[batch, heads, max_length, d]`` that
-        :meth:`decode_step` fills one position per step. Fixed shapes keep the decoding loop
-        a single ``tf.while_loop`` / XLA program.
+        the self-attention keys/values that :meth:`decode_step` adds one position per step.
+        With ``max_length``, those are preallocated ``[batch, heads, max_length, d]`` buffers:
+        fixed shapes, as an XLA-compiled (or ``jax.jit``) decoding loop needs. With
+        ``max_length=None`` they start empty and grow by one position per step, so a step
+        costs what the prefix decoded so far costs (the faster choice where shapes may change;
+        see :meth:`tf_transformer.layers.decoder.DecoderLayer.init_cache`).
         """
         cache = self.decoder.init_cache(memory, max_length)  # int or int32 scalar tensor
         cache["source_mask"] = source_mask
         return cache
 
-    def decode_step(self, token_ids, step, cache):
+    def step_weights(self):
+        """The weights of :meth:`decode_step` in the layout it multiplies by (the decoder
+        layers' side-by-side query/key/value kernels, the transposed output table). A decoding
+        loop computes them once, outside the loop, and passes them to every step; without
+        them each step rebuilds them from the variables. The outputs are the same."""
+        if not self.built:
+            self.build()
+        return {"decoder": self.decoder.step_weights(), "output_kernel": self.embedding.output_kernel()}
+
+    def decode_step(self, token_ids, step, cache, weights=None):
         """One decoder position.
 
         Args:
             token_ids: ``[batch]`` int, the decoder input at position ``step`` (BOS at 0).
             step: int32 scalar (tensor or int), the position being decoded.
             cache: from :meth:`init_cache` or the previous ``decode_step``.
+            weights: optional, :meth:`step_weights` (computed once per decoding loop).
 
         Returns:
             ``(logits [batch, vocab] float32, new_cache)``; the logits equal
@@ -246,9 +259,11 @@ class Transformer(keras.Model):
         """
         x = self.embed(ops.expand_dims(token_ids, 1), start_index=step, training=False)
         layer_cache = {k: v for k, v in cache.items() if k != "source_mask"}
-        hidden, new_cache = self.decoder.step(x, layer_cache, step, cache["source_mask"])
+        hidden, new_cache = self.decoder.step(x, layer_cache, step, cache["source_mask"],
+                                              None if weights is None else weights["decoder"])
         new_cache["source_mask"] = cache["source_mask"]
-        logits = ops.cast(self.embedding.logits(hidden[:, 0]), "float32")
+        kernel = None if weights is None else weights["output_kernel"]
+        logits = ops.cast(self.embedding.logits(hidden[:, 0], kernel), "float32")
         return logits, new_cache
 
 

@@ -32,7 +32,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, engines: bool = False) 
                              "averaged.keras)" + ct2)
     parser.add_argument("--vocab", default=None, metavar="SPM_MODEL",
                         help="the SentencePiece .model used in training (default: vocab.model of the model's run "
-                             "directory, else data.vocab_model of --config)")
+                             "directory, else data.vocab_model of --config; with --engine ctranslate2, the copy "
+                             "inside the export)")
 
 
 def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,13 +51,16 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=None,
                         help="sentences per batch (default: decode.batch_size of the config, 64)")
     parser.add_argument("--xla", action="store_true",
-                        help="compile the decoding graph with XLA (one compilation per batch shape: pays off only "
-                        "on long jobs)")
+                        help="compile the decoding graph with XLA: one compilation per batch shape, and fixed shapes "
+                             "(a full-length key/value cache, no shrinking batch): slower than the default graph for "
+                             "greedy and beam search alike on the demo model (tools/bench/RESULTS.md)")
     parser.add_argument("--engine", default="tensorflow", choices=("tensorflow", "ctranslate2"),
                         help="tensorflow (default: our beam search) or ctranslate2 (a CTranslate2 export; "
                              "needs the [ct2] extra; --alpha 0 gives our outputs exactly, see docs/serving.md)")
     parser.add_argument("--threads", type=int, default=0,
-                        help="ctranslate2 engine: CPU threads (default: 0, CTranslate2's choice)")
+                        help="CPU threads (default 0: the engine's choice, one per core); with --engine tensorflow, "
+                             "TensorFlow's intra-op and inter-op threads: on a machine busy with other work, 1 decodes "
+                             "faster and spends less CPU time (tools/bench/RESULTS.md)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -102,13 +106,34 @@ def build_translator(args):
     if getattr(args, "engine", "tensorflow") == "ctranslate2":
         vocab = args.vocab or (cfg.data.vocab_model if cfg is not None else None)
         return cfg, decode, build_ct2_translator(args, decode, vocab)
-    if getattr(args, "threads", 0):
-        raise UserError(f"--threads {args.threads}: only for --engine ctranslate2")
+    import_tensorflow(getattr(args, "threads", 0))
     model, tok = load_model_and_vocabulary(args, cfg)
     translator = Translator(model, tok, beam_size=decode.beam_size, alpha=decode.alpha,
                             max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
                             jit_compile=args.xla)
     return cfg, decode, translator
+
+
+def import_tensorflow(threads: int = 0) -> None:
+    """Import TensorFlow for decoding, without matplotlib, and set its ``--threads``.
+
+    Importing TensorFlow imports Keras, which imports ``matplotlib.pyplot`` when it can (for
+    its image-gallery plots, under ``try``/``except ImportError``): most of a second of every
+    process, for nothing that decoding uses. Hiding matplotlib while TensorFlow is imported
+    makes Keras skip it; afterwards matplotlib imports as usual (only Keras' image-gallery
+    plots stay off in this process).
+    """
+    if "tensorflow" not in sys.modules and "matplotlib" not in sys.modules:
+        sys.modules["matplotlib"] = None  # `import matplotlib...` raises ImportError
+        try:
+            import tensorflow  # noqa: F401
+        finally:
+            del sys.modules["matplotlib"]
+    if threads:
+        from tf_transformer.decoding.translator import set_cpu_threads
+
+        with flags({"threads=": "--threads "}):
+            set_cpu_threads(threads)
 
 
 #: Library words -> the flags that give them.

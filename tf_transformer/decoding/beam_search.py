@@ -12,7 +12,9 @@ The search is a function of a ``symbols_to_logits_fn`` and knows nothing about t
     ``cache``: the nested structure given as ``initial_cache`` with every leaf tiled from
     ``[batch, ...]`` to ``[batch * beam, ...]`` (beam-major within each sentence).
     Returns ``logits`` ``[batch * beam, vocab_size]`` for the token at position
-    ``step + 1`` and the updated cache (same structure and shapes).
+    ``step + 1`` and the updated cache: the same structure, with the same leading
+    ``batch * beam`` axis; the other sizes may change from step to step (a key/value cache
+    that grows by one position per step does), except under XLA, which needs fixed shapes.
 
 The search (section 4 of the paper, with Wu et al. 2016's length penalty):
 
@@ -30,7 +32,10 @@ The search (section 4 of the paper, with Wu et al. 2016's length penalty):
   is below the worst score in its finished set. Log-probabilities only fall as a
   hypothesis grows and ``lp`` only rises (``alpha >= 0``), so that bound is safe: no
   live hypothesis can enter above any finished one, and in particular none can beat the
-  best. The loop ends when every sentence has stopped;
+  best. The loop ends when every sentence has stopped. A caller that needs only the
+  first ``n_best`` hypotheses exact (``translate_batch`` takes the best one) compares the
+  bound with the ``n_best``-th finished score instead, and stops sooner: with ``n_best=1``,
+  as soon as nothing live can beat the best finished hypothesis, which is then final;
 * **the length limit** (the rule of tensor2tensor and TF Model Garden): a hypothesis cut
   at the limit without EOS never competes with finished ones. Only a sentence that has
   no finished hypothesis at all when it reaches its limit returns its best live
@@ -38,9 +43,19 @@ The search (section 4 of the paper, with Wu et al. 2016's length penalty):
   compete on equal terms favours run-ons: they never pay for EOS, so a degenerate loop
   ("sehr sehr sehr ...") that is cheap per token can outscore every real ending.
 
-Everything runs in one ``tf.while_loop`` over fixed-shape state, so the function can be
-wrapped in ``tf.function`` (``jit_compile=True`` works when ``max_decode_length`` is a
-Python int or the input shapes are static).
+Everything runs in one ``tf.while_loop``, so the function can be wrapped in
+``tf.function`` (``jit_compile=True`` works when ``max_decode_length`` is a Python int or
+the input shapes are static, the cache keeps its shapes and ``drop_finished`` is off).
+
+**Sentence-level state and finished sentences.** What is the same for every hypothesis of
+a sentence (the encoder's keys/values, the source mask) can be passed as
+``sentence_cache``: it is repeated ``beam_size`` times once, never reordered, and handed
+to ``symbols_to_logits_fn(ids, step, cache, sentence_cache)`` as a fourth argument. With
+``drop_finished=True`` the search removes stopped sentences from every tensor of its state
+(the cache and ``sentence_cache`` included) once at least an eighth of the batch has
+stopped, so later steps compute only the sentences still running, as CTranslate2 does.
+The function must then take every batch-sized tensor from its arguments (nothing
+captured); the results are the same.
 """
 
 from __future__ import annotations
@@ -90,6 +105,74 @@ def _split_beam(t: tf.Tensor, beam_size: int) -> tf.Tensor:
     return tf.reshape(t, [-1, beam_size] + d[1:])
 
 
+def _shape_invariants(state, relaxed_index, batch_index=()):
+    """Shapes of the loop state for ``tf.while_loop``: only the rank for the entries in
+    ``relaxed_index`` (the model's cache, which may grow; see the module docstring), an
+    unknown first axis for those in ``batch_index`` (the batch shrinks when finished
+    sentences are dropped), exact for the rest."""
+    relaxed_index = {relaxed_index} if isinstance(relaxed_index, int) else set(relaxed_index)
+
+    def shape(i, t):
+        if i in relaxed_index:
+            return tf.TensorShape([None] * t.shape.rank)
+        if i in batch_index:
+            return tf.TensorShape([None] + t.shape.as_list()[1:])
+        return t.shape
+
+    return tuple(tf.nest.map_structure(lambda t, i=i: shape(i, t), v) for i, v in enumerate(state))
+
+
+def _drop_rows(keep_rows, structure, per_row: int = 1):
+    """Rows ``keep_rows`` (int32 ``[n]``) of every leaf of ``structure``; with ``per_row=K``
+    the leaves are ``[rows * K, ...]`` and each row's ``K`` consecutive entries are kept."""
+    if per_row > 1:
+        keep_rows = tf.reshape(keep_rows[:, None] * per_row + tf.range(per_row)[None, :], [-1])
+    return tf.nest.map_structure(lambda t: tf.gather(t, keep_rows), structure)
+
+
+def _chunk_size(vocab_size: int) -> int | None:
+    """The chunk length :func:`_top_candidates` splits each hypothesis's ``vocab_size``
+    candidates into: the divisor of ``vocab_size`` nearest ``sqrt(vocab_size / 2)`` (which
+    makes its two ``top_k`` calls about equally long), at least 4 and leaving at least two
+    chunks per hypothesis; ``None`` (one ``top_k`` over everything) where there is none."""
+    target = (vocab_size / 2) ** 0.5
+    divisors = [c for c in range(4, vocab_size // 2 + 1) if vocab_size % c == 0]
+    return min(divisors, key=lambda c: (abs(c - target), c)) if divisors else None
+
+
+def _top_candidates(alive_log_probs, log_probs, k: int, chunk: int | None):
+    """``tf.math.top_k`` of the ``[batch, beam * vocab]`` candidate log-probabilities
+    ``alive_log_probs[:, :, None] + log_probs``, exactly: the same values and indices, ties
+    going to the lower index as ``top_k`` breaks them, without sorting ``beam * vocab``
+    numbers per sentence.
+
+    ``log_probs`` ``[batch, beam, vocab]`` is cut into chunks of ``chunk`` tokens. Adding a
+    beam's log-probability keeps the order of its candidates (rounding is monotone), so a
+    chunk's best candidate is ``alive + max(chunk)``; the ``k`` best chunks by that (ties to
+    the lower chunk) hold the ``k`` best candidates: a candidate outside them is preceded,
+    in ``top_k``'s order, by the ``k`` chunks' maxima. The chunks, put back in index order,
+    go through one ``top_k`` of ``k * chunk`` candidates, computed as the plain sum is.
+    ``chunk=None`` is the plain ``top_k`` over all of them.
+    """
+    K, V = log_probs.shape[1], log_probs.shape[2]
+    if chunk is None:
+        return tf.math.top_k(tf.reshape(alive_log_probs[:, :, None] + log_probs, [-1, K * V]), k=k)
+    n = V // chunk  # chunks per hypothesis
+    chunks = tf.reshape(log_probs, [-1, K * n, chunk])
+    offsets = tf.repeat(alive_log_probs, n, axis=1)  # [batch, K * n]: each chunk's beam log-prob
+    _, best_chunks = tf.math.top_k(offsets + tf.reduce_max(chunks, axis=2), k=k)
+    best_chunks = tf.sort(best_chunks, axis=1)  # index order, so that ties keep top_k's order
+    picked = tf.gather(offsets, best_chunks, batch_dims=1)[:, :, None] + tf.gather(chunks, best_chunks, batch_dims=1)
+    values, at = tf.math.top_k(tf.reshape(picked, [-1, k * chunk]), k=k)
+    return values, tf.gather(best_chunks, at // chunk, batch_dims=1) * chunk + at % chunk
+
+
+def _call(fn, ids, step, cache, sentence_cache):
+    if sentence_cache is None:
+        return fn(ids, step, cache)
+    return fn(ids, step, cache, sentence_cache)
+
+
 def beam_search(
     symbols_to_logits_fn: SymbolsToLogitsFn,
     initial_ids,
@@ -102,11 +185,15 @@ def beam_search(
     max_lengths=None,
     stop_early: bool = True,
     pad_id: int = 0,
+    n_best: int | None = None,
+    sentence_cache=None,
+    drop_finished: bool = False,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Beam search over ``symbols_to_logits_fn`` (see the module docstring for its contract).
 
     Args:
-      symbols_to_logits_fn: ``(ids, step, cache) -> (logits [batch*beam, V], cache)``.
+      symbols_to_logits_fn: ``(ids, step, cache) -> (logits [batch*beam, V], cache)``, or
+        ``(ids, step, cache, sentence_cache) -> ...`` when ``sentence_cache`` is given.
       initial_ids: int32 ``[batch]``, the first decoder input (BOS).
       initial_cache: nested structure of tensors, every leaf ``[batch, ...]``; may be ``{}``.
       vocab_size: ``V``, the size of the logits' last axis (Python int, >= 2).
@@ -121,7 +208,17 @@ def beam_search(
         finished hypothesis (see the module docstring).
       stop_early: stop a sentence as soon as no live hypothesis can reach a score above
         the worst finished one (exact; switch off only to test that claim).
+      n_best: with ``stop_early``, how many of the returned hypotheses must be exact
+        (default ``beam_size``: all); the search stops as soon as no live hypothesis can
+        enter the first ``n_best``. Slots from ``n_best`` on are then only the best found
+        so far. ``n_best=1`` returns the same best hypothesis, with the same score, in
+        fewer steps.
       pad_id: the id written after EOS.
+      sentence_cache: optional nested tensors, leaves ``[batch, ...]``, the same for every
+        hypothesis of a sentence: passed to the function repeated ``beam_size`` times
+        (``[batch * beam, ...]``, beam-major), never reordered.
+      drop_finished: remove stopped sentences from the state as the search goes (see the
+        module docstring); needs dynamic shapes (not under XLA).
 
     Returns:
       ``(ids, scores)``: ``ids`` int32 ``[batch, beam, max_decode_length + 1]`` with the
@@ -139,6 +236,9 @@ def beam_search(
         raise ValueError(f"alpha={alpha} must be >= 0 (the early-stop bound assumes it)")
     K = int(beam_size)
     V = int(vocab_size)
+    n_best = K if n_best is None else int(n_best)
+    if not 1 <= n_best <= K:
+        raise ValueError(f"n_best={n_best} must be between 1 and beam_size={K}")
     initial_ids = tf.cast(tf.convert_to_tensor(initial_ids), tf.int32)
     batch = _dims(initial_ids)[0]
     if isinstance(max_decode_length, int):
@@ -161,21 +261,31 @@ def beam_search(
     finished_scores = tf.fill([batch, K], _NEG_INF)
     finished_flags = tf.zeros([batch, K], tf.bool)
     done = tf.zeros([batch], tf.bool)
+    if sentence_cache is not None:
+        sentence_cache = tf.nest.map_structure(lambda t: tf.repeat(tf.convert_to_tensor(t), K, axis=0),
+                                               sentence_cache)
 
     max_lp = length_penalty(max_lengths, alpha)  # [batch], for the early-stop bound
     positions = tf.range(tf.shape(alive_seq)[2])
     first_k = tf.range(2 * K) < K  # [2K]: candidate ranks that may be finalised
+    rows = tf.range(batch)  # each state row's sentence in the input batch
+    # Results of the sentences dropped from the state (drop_finished), in input order.
+    out_seq, out_scores, out_flags = tf.identity(alive_seq), tf.identity(alive_log_probs), finished_flags
 
-    def body(i, alive_seq, alive_log_probs, alive_cache, finished_seq, finished_scores, finished_flags, done):
+    has_sentence_cache = sentence_cache is not None
+    chunk = _chunk_size(V)
+
+    def body(i, alive_seq, alive_log_probs, alive_cache, finished_seq, finished_scores, finished_flags, done,
+             rows, max_lengths, max_lp, sentence_cache, out_seq, out_scores, out_flags):
         flat_ids = _merge_beam(alive_seq)
         flat_cache = tf.nest.map_structure(_merge_beam, alive_cache)
-        logits, new_flat_cache = symbols_to_logits_fn(flat_ids, i, flat_cache)
+        logits, new_flat_cache = _call(symbols_to_logits_fn, flat_ids, i, flat_cache,
+                                       sentence_cache if has_sentence_cache else None)
         logits = tf.reshape(tf.cast(logits, tf.float32), [-1, K, V])
         log_probs = tf.nn.log_softmax(logits, axis=-1)
 
         # Expand every live hypothesis by every token; keep the 2K best by log-prob.
-        candidates = tf.reshape(alive_log_probs[:, :, None] + log_probs, [-1, K * V])
-        topk_log_probs, topk_index = tf.math.top_k(candidates, k=2 * K)
+        topk_log_probs, topk_index = _top_candidates(alive_log_probs, log_probs, 2 * K, chunk)
         origin = topk_index // V  # [batch, 2K] beam each candidate extends
         token = topk_index % V
         topk_seq = tf.gather(alive_seq, origin, batch_dims=1)
@@ -223,41 +333,64 @@ def beam_search(
         new_done = done | reached[:, 0]
         if stop_early:
             best_possible = tf.reduce_max(new_alive_log_probs, axis=1) / max_lp
-            worst_finished = tf.reduce_min(
-                tf.where(new_finished_flags, new_finished_scores, _POS_INF), axis=1
+            # the finished set is sorted best first: the bar is its n_best-th (or last) entry
+            bar = tf.reduce_min(
+                tf.where(new_finished_flags[:, :n_best], new_finished_scores[:, :n_best], _POS_INF), axis=1
             )
-            hopeless = tf.reduce_any(new_finished_flags, axis=1) & (best_possible < worst_finished)
+            hopeless = tf.reduce_any(new_finished_flags, axis=1) & (best_possible < bar)
             new_done = new_done | hopeless
         new_alive_log_probs = tf.where(new_done[:, None], _NEG_INF, new_alive_log_probs)
-        return (
-            i + 1,
-            new_alive_seq,
-            new_alive_log_probs,
-            new_alive_cache,
-            new_finished_seq,
-            new_finished_scores,
-            new_finished_flags,
-            new_done,
-        )
+        state = (new_alive_seq, new_alive_log_probs, new_alive_cache, new_finished_seq, new_finished_scores,
+                 new_finished_flags, new_done, rows, max_lengths, max_lp, sentence_cache,
+                 out_seq, out_scores, out_flags)
+        if drop_finished:
+            n_done = tf.reduce_sum(tf.cast(new_done, tf.int32))
+            n = tf.size(new_done)
+            worth_it = (n_done >= (n + 7) // 8) & (n_done < n)  # an eighth of the rows idle, some still running
+            state = tf.cond(worth_it, lambda: _drop_stopped(*state), lambda: state)
+        return (i + 1,) + tuple(state)
 
-    def cond(i, alive_seq, alive_log_probs, alive_cache, finished_seq, finished_scores, finished_flags, done):
+    def _drop_stopped(alive_seq, alive_log_probs, alive_cache, finished_seq, finished_scores, finished_flags, done,
+                      rows, max_lengths, max_lp, sentence_cache, out_seq, out_scores, out_flags):
+        out_seq, out_scores, out_flags = _store(done, rows, finished_seq, finished_scores, finished_flags,
+                                                alive_seq, alive_log_probs, out_seq, out_scores, out_flags)
+        keep = tf.cast(tf.where(~done)[:, 0], tf.int32)
+        (alive_seq, alive_log_probs, alive_cache, finished_seq, finished_scores, finished_flags, done, rows,
+         max_lengths, max_lp) = _drop_rows(keep, (alive_seq, alive_log_probs, alive_cache, finished_seq,
+                                                  finished_scores, finished_flags, done, rows, max_lengths, max_lp))
+        sentence_cache = _drop_rows(keep, sentence_cache, per_row=K)
+        return (alive_seq, alive_log_probs, alive_cache, finished_seq, finished_scores, finished_flags, done,
+                rows, max_lengths, max_lp, sentence_cache, out_seq, out_scores, out_flags)
+
+    def cond(i, alive_seq, alive_log_probs, alive_cache, finished_seq, finished_scores, finished_flags, done,
+             *rest):
         return (i < L) & ~tf.reduce_all(done)
 
-    state = (
-        tf.constant(0, tf.int32),
-        alive_seq,
-        alive_log_probs,
-        alive_cache,
-        finished_seq,
-        finished_scores,
-        finished_flags,
-        done,
-    )
-    state = tf.while_loop(cond, body, state, maximum_iterations=L)
-    _, alive_seq, alive_log_probs, _, finished_seq, finished_scores, finished_flags, _ = state
+    state = (tf.constant(0, tf.int32), alive_seq, alive_log_probs, alive_cache, finished_seq, finished_scores,
+             finished_flags, done, rows, max_lengths, max_lp, sentence_cache, out_seq, out_scores, out_flags)
+    if sentence_cache is None:  # tf.while_loop takes no None in its state
+        state = state[:11] + ({},) + state[12:]
+    batch_index = range(1, 12) if drop_finished else ()
+    state = tf.while_loop(cond, body, state, maximum_iterations=L,
+                          shape_invariants=_shape_invariants(state, relaxed_index=(3, 11), batch_index=batch_index))
+    (_, alive_seq, alive_log_probs, _, finished_seq, finished_scores, finished_flags, _, rows, _, _, _,
+     out_seq, out_scores, out_flags) = state
+    everyone = tf.ones_like(rows, tf.bool)
+    ids, scores, flags = _store(everyone, rows, finished_seq, finished_scores, finished_flags, alive_seq,
+                                alive_log_probs, out_seq, out_scores, out_flags)
+    return ids, scores
 
-    # A sentence can only lack finished hypotheses if the loop never ran (L == 0).
+
+def _store(which, rows, finished_seq, finished_scores, finished_flags, alive_seq, alive_log_probs,
+           out_seq, out_scores, out_flags):
+    """Write the results of the state rows ``which`` (bool ``[n]``) into the input-order
+    buffers at ``rows``. A sentence without finished hypotheses (only when the loop never
+    ran, ``L == 0``) returns its live ones."""
     has_finished = tf.reduce_any(finished_flags, axis=1)
     ids = tf.where(has_finished[:, None, None], finished_seq, alive_seq)
     scores = tf.where(has_finished[:, None], finished_scores, alive_log_probs)
-    return ids, scores
+    at = tf.cast(tf.where(which)[:, 0], tf.int32)
+    index = tf.gather(rows, at)[:, None]
+    return (tf.tensor_scatter_nd_update(out_seq, index, tf.gather(ids, at)),
+            tf.tensor_scatter_nd_update(out_scores, index, tf.gather(scores, at)),
+            tf.tensor_scatter_nd_update(out_flags, index, tf.gather(finished_flags, at)))

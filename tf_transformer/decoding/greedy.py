@@ -1,13 +1,16 @@
-"""Batched greedy decoding in TensorFlow ops only (one ``tf.while_loop``, fixed shapes).
+"""Batched greedy decoding in TensorFlow ops only (one ``tf.while_loop`` over fixed-shape search state).
 
 Same ``symbols_to_logits_fn(ids, step, cache) -> (logits, cache)`` contract as
 :func:`tf_transformer.decoding.beam_search.beam_search`, without the beam axis: ``ids`` is
-``[batch, max_decode_length + 1]`` and cache leaves keep their ``[batch, ...]`` shapes.
+``[batch, max_decode_length + 1]`` and cache leaves keep their leading ``batch`` axis (their
+other sizes may change from step to step, as in beam search).
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
+
+from tf_transformer.decoding.beam_search import _call, _drop_rows, _shape_invariants
 
 __all__ = ["greedy_search"]
 
@@ -20,11 +23,14 @@ def greedy_search(
     eos_id: int = 3,
     max_lengths=None,
     pad_id: int = 0,
+    sentence_cache=None,
+    drop_finished: bool = False,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Pick the most probable token at every step until EOS or the maximum length.
 
     Args:
-      symbols_to_logits_fn: ``(ids [batch, L+1], step, cache) -> (logits [batch, V], cache)``.
+      symbols_to_logits_fn: ``(ids [batch, L+1], step, cache) -> (logits [batch, V], cache)``
+        (with ``sentence_cache``: ``(ids, step, cache, sentence_cache)``).
       initial_ids: int32 ``[batch]`` (BOS).
       initial_cache: nested tensors, leaves ``[batch, ...]``; may be ``{}``.
       max_decode_length: at most this many tokens are generated (int or int32 scalar tensor).
@@ -32,6 +38,11 @@ def greedy_search(
       max_lengths: optional int32 ``[batch]`` per-sentence limits, clipped to
         ``[1, max_decode_length]``.
       pad_id: written after EOS (and after a sentence reaches its limit).
+      sentence_cache: optional nested tensors, leaves ``[batch, ...]``, passed to the function
+        as they are (never updated).
+      drop_finished: remove finished sentences from the state (ids, cache, sentence_cache)
+        once an eighth of the batch has finished, as beam search does (see its module
+        docstring); needs dynamic shapes (not under XLA). The results are the same.
 
     Returns:
       ``(ids, scores)``: int32 ``[batch, max_decode_length + 1]`` (initial id in column 0,
@@ -50,9 +61,15 @@ def greedy_search(
     scores = tf.zeros([batch], tf.float32)
     finished = tf.zeros([batch], tf.bool)
     positions = tf.range(tf.shape(ids)[1])
+    rows = tf.range(batch)  # each state row's sentence in the input batch
+    has_sentence_cache = sentence_cache is not None
+    initial_cache = tf.nest.map_structure(tf.convert_to_tensor, initial_cache)
+    if has_sentence_cache:
+        sentence_cache = tf.nest.map_structure(tf.convert_to_tensor, sentence_cache)
+    out_ids, out_scores = tf.identity(ids), tf.identity(scores)  # sentences dropped from the state
 
-    def body(i, ids, scores, finished, cache):
-        logits, cache = symbols_to_logits_fn(ids, i, cache)
+    def body(i, ids, scores, finished, cache, rows, max_lengths, sentence_cache, out_ids, out_scores):
+        logits, cache = _call(symbols_to_logits_fn, ids, i, cache, sentence_cache if has_sentence_cache else None)
         log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
         token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         token_log_prob = tf.gather(log_probs, token, batch_dims=1)
@@ -60,15 +77,40 @@ def greedy_search(
         scores = scores + tf.where(finished, 0.0, token_log_prob)
         ids = tf.where(tf.equal(positions, i + 1)[None, :], token[:, None], ids)
         finished = finished | tf.equal(token, eos_id) | (i + 1 >= max_lengths)
-        return i + 1, ids, scores, finished, cache
+        state = (ids, scores, finished, cache, rows, max_lengths, sentence_cache, out_ids, out_scores)
+        if drop_finished:
+            n_done = tf.reduce_sum(tf.cast(finished, tf.int32))
+            n = tf.size(finished)
+            worth_it = (n_done >= (n + 7) // 8) & (n_done < n)
+            state = tf.cond(worth_it, lambda: _drop_finished(*state), lambda: state)
+        return (i + 1,) + tuple(state)
 
-    def cond(i, ids, scores, finished, cache):
+    def _drop_finished(ids, scores, finished, cache, rows, max_lengths, sentence_cache, out_ids, out_scores):
+        out_ids, out_scores = _store(finished, rows, ids, scores, out_ids, out_scores)
+        keep = tf.cast(tf.where(~finished)[:, 0], tf.int32)
+        return _drop_rows(keep, (ids, scores, finished, cache, rows, max_lengths, sentence_cache)) + (out_ids,
+                                                                                                     out_scores)
+
+    def cond(i, ids, scores, finished, *rest):
         return (i < L) & ~tf.reduce_all(finished)
 
-    _, ids, scores, _, _ = tf.while_loop(
+    state = (tf.constant(0, tf.int32), ids, scores, finished, initial_cache, rows, max_lengths,
+             sentence_cache if has_sentence_cache else {}, out_ids, out_scores)
+    state = tf.while_loop(
         cond,
         body,
-        (tf.constant(0, tf.int32), ids, scores, finished, initial_cache),
+        state,
         maximum_iterations=L,
+        shape_invariants=_shape_invariants(state, relaxed_index=(4, 7),
+                                           batch_index=range(1, 8) if drop_finished else ()),
     )
-    return ids, scores
+    _, ids, scores, _, _, rows, _, _, out_ids, out_scores = state
+    return _store(tf.ones_like(rows, tf.bool), rows, ids, scores, out_ids, out_scores)
+
+
+def _store(which, rows, ids, scores, out_ids, out_scores):
+    """Write the state rows ``which`` (bool ``[n]``) into the input-order buffers at ``rows``."""
+    at = tf.cast(tf.where(which)[:, 0], tf.int32)
+    index = tf.gather(rows, at)[:, None]
+    return (tf.tensor_scatter_nd_update(out_ids, index, tf.gather(ids, at)),
+            tf.tensor_scatter_nd_update(out_scores, index, tf.gather(scores, at)))

@@ -24,6 +24,7 @@ from tf_transformer.decoding.greedy import greedy_search
 
 __all__ = [
     "cached_decoder",
+    "cached_decoder_parts",
     "model_limit",
     "strip_after_eos",
     "translate_batch",
@@ -71,29 +72,68 @@ def _join_cache(static, dynamic):
     return out
 
 
-def cached_decoder(model, source_ids, max_decode_length, beam_size: int = 1):
+def in_xla_context() -> bool:
+    """True while tracing a function that XLA compiles (``tf.function(jit_compile=True)``)."""
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # pragma: no cover (private module; without it, assume no XLA)
+        return False
+    return bool(control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+
+
+def cached_decoder_parts(model, source_ids, max_decode_length=None, static_cache: bool | None = None):
+    """``(symbols_to_logits_fn, initial_cache, sentence_cache)`` for the searches'
+    ``sentence_cache`` form: ``symbols_to_logits_fn(ids, step, cache, sentence_cache)``.
+
+    ``sentence_cache`` (leaves ``[batch, ...]``) is the source side of the model's cache: each
+    layer's cross-attention keys/values and the source mask, computed once by the encoder
+    here; the searches repeat it per beam, never reorder it, and drop the rows of finished
+    sentences (``drop_finished``). ``initial_cache`` holds the self-attention keys/values
+    (see :func:`cached_decoder` for ``static_cache``; a static cache needs
+    ``max_decode_length``).
+    """
+    if static_cache is None:
+        static_cache = in_xla_context()
+    memory, source_mask = model.encode(source_ids, training=False)
+    cache = model.init_cache(memory, source_mask, max_decode_length if static_cache else None)
+    sentence, per_hypothesis = _split_cache(cache)
+    weights = model.step_weights() if hasattr(model, "step_weights") else None  # once, outside the loop
+
+    def symbols_to_logits_fn(ids, step, cache, sentence_cache):
+        kwargs = {} if weights is None else {"weights": weights}
+        logits, new_cache = model.decode_step(ids[:, step], step, _join_cache(sentence_cache, cache), **kwargs)
+        return logits, _split_cache(new_cache)[1]
+
+    return symbols_to_logits_fn, per_hypothesis, sentence
+
+
+def cached_decoder(model, source_ids, max_decode_length, beam_size: int = 1, static_cache: bool | None = None):
     """``(symbols_to_logits_fn, initial_cache)`` using the model's key/value cache.
 
     Runs the encoder once. The source side of the cache (each layer's cross-attention
     keys/values, computed once per sentence, and the source mask) is repeated
     ``beam_size`` times here and captured by the function, so the search never gathers
-    it; ``initial_cache`` holds only the self-attention buffers for
-    ``max_decode_length`` positions (batch-major: beam search tiles and reorders them).
-    With the default ``beam_size=1`` it suits greedy search; for beam search pass the
-    beam size (hypotheses are beam-major within each sentence, as in
-    :func:`tf_transformer.decoding.beam_search.beam_search`).
+    it; ``initial_cache`` holds only the self-attention keys/values (batch-major: beam
+    search tiles and reorders them). With the default ``beam_size=1`` it suits greedy
+    search; for beam search pass the beam size (hypotheses are beam-major within each
+    sentence, as in :func:`tf_transformer.decoding.beam_search.beam_search`).
+    (:func:`translate_batch` passes the source side to the search instead, through
+    :func:`cached_decoder_parts`, so that finished sentences can leave the batch.)
+
+    ``static_cache``: ``True`` preallocates the self-attention buffers for
+    ``max_decode_length`` positions (fixed shapes, which XLA needs); ``False`` starts them
+    empty and grows them by one position per step, so every step writes, attends over and
+    reorders only the positions decoded so far. The default picks ``True`` inside an
+    XLA-compiled function and ``False`` elsewhere. Both give the same outputs.
     """
-    memory, source_mask = model.encode(source_ids, training=False)
-    cache = model.init_cache(memory, source_mask, max_decode_length)  # int or int32 tensor
-    static, dynamic = _split_cache(cache)
+    fn, cache, sentence = cached_decoder_parts(model, source_ids, max_decode_length, static_cache)
     if beam_size > 1:
-        static = tf.nest.map_structure(lambda t: tf.repeat(t, beam_size, axis=0), static)
+        sentence = tf.nest.map_structure(lambda t: tf.repeat(t, beam_size, axis=0), sentence)
 
     def symbols_to_logits_fn(ids, step, cache):
-        logits, new_cache = model.decode_step(ids[:, step], step, _join_cache(static, cache))
-        return logits, _split_cache(new_cache)[1]
+        return fn(ids, step, cache, sentence)
 
-    return symbols_to_logits_fn, dynamic
+    return symbols_to_logits_fn, cache
 
 
 def uncached_decoder(model, source_ids, max_decode_length=None, beam_size: int = 1):
@@ -133,6 +173,7 @@ def translate_batch(
     eos_id: int = 3,
     cached: bool = True,
     stop_early: bool = True,
+    static_cache: bool | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Translate a padded batch of source ids.
 
@@ -149,6 +190,9 @@ def translate_batch(
         ``min(source_length + max_extra_length, model.max_length)``: a Python int when the
         source length is static (XLA-friendly), a tensor otherwise.
       cached: use the key/value cache (``False``: re-run the decoder over the prefix).
+      static_cache: preallocated key/value buffers (``True``) or ones that grow per step
+        (``False``); default: preallocated only inside an XLA-compiled function (see
+        :func:`cached_decoder`). The outputs are the same.
 
     Returns:
       ``(target_ids, scores)``: int32 ``[batch, max_decode_length]`` with the generated
@@ -168,18 +212,26 @@ def translate_batch(
     source_lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, pad_id), tf.int32), axis=1)
     max_lengths = tf.minimum(source_lengths + int(max_extra_length), limit)
 
+    if static_cache is None:
+        static_cache = in_xla_context()
+    sentence, drop = None, False
     if cached:
-        fn, cache = cached_decoder(model, source_ids, max_decode_length, beam_size=max(int(beam_size), 1))
+        # the source side goes to the search, which drops finished sentences from the batch
+        # (dynamic shapes: not under XLA, whose static cache keeps the batch whole)
+        fn, cache, sentence = cached_decoder_parts(model, source_ids, max_decode_length, static_cache)
+        drop = not static_cache
     else:
         fn, cache = uncached_decoder(model, source_ids, max_decode_length, beam_size=max(int(beam_size), 1))
     batch = tf.shape(source_ids)[0]
     initial_ids = tf.fill([batch], tf.constant(bos_id, tf.int32))
     if beam_size <= 1:
         ids, scores = greedy_search(fn, initial_ids, cache, max_decode_length, eos_id,
-                                    max_lengths=max_lengths, pad_id=pad_id)
+                                    max_lengths=max_lengths, pad_id=pad_id, sentence_cache=sentence,
+                                    drop_finished=drop)
     else:
         ids, scores = beam_search(fn, initial_ids, cache, int(model.vocab_size), int(beam_size), alpha,
                                   max_decode_length, eos_id, max_lengths=max_lengths,
-                                  stop_early=stop_early, pad_id=pad_id)
+                                  stop_early=stop_early, pad_id=pad_id, n_best=1, sentence_cache=sentence,
+                                  drop_finished=drop)
         ids, scores = ids[:, 0], scores[:, 0]
     return strip_after_eos(ids[:, 1:], eos_id, pad_id), scores

@@ -169,17 +169,27 @@ class MultiHeadAttention(keras.layers.Layer):
             query, key, value, mask=mask, dropout=self.attention_dropout, training=training)
         return self.combine_heads(context), weights
 
-    def project_self(self, x):
+    def self_projection(self):
+        """``(kernel [d_model, 2*h*d_k + h*d_v], bias or None)``: the query, key and value
+        projections side by side, as :meth:`project_self` multiplies by them."""
+        kernel = ops.concatenate([self.query_kernel, self.key_kernel, self.value_kernel], axis=1)
+        bias = ops.concatenate([self.query_bias, self.key_bias, self.value_bias]) if self.use_bias else None
+        return kernel, bias
+
+    def project_self(self, x, projection=None):
         """Self-attention projections in one matmul: ``x`` -> ``(q, k, v)`` heads.
 
         The three kernels are concatenated on the fly (one ``[d_model, 2*h*d_k + h*d_v]``
         matmul is faster than three narrow ones on CPU and GPU alike); the weights stay
         separate so checkpoints and Table 3's independent ``d_k``/``d_v`` are unaffected.
+        ``projection``: :meth:`self_projection`'s result, computed once by a caller that
+        projects many times with the same weights (the incremental decoder: once per
+        sentence batch instead of once per step); the values are the same.
         """
-        kernels = [self.query_kernel, self.key_kernel, self.value_kernel]
-        y = ops.matmul(x, ops.cast(ops.concatenate(kernels, axis=1), x.dtype))
-        if self.use_bias:
-            y = y + ops.cast(ops.concatenate([self.query_bias, self.key_bias, self.value_bias]), x.dtype)
+        kernel, bias = projection if projection is not None else self.self_projection()
+        y = ops.matmul(x, ops.cast(kernel, x.dtype))
+        if bias is not None:
+            y = y + ops.cast(bias, x.dtype)
         hk = self.num_heads * self.key_dim
         b, t = ops.shape(x)[0], ops.shape(x)[1]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import keras
 from keras import ops
 
@@ -78,17 +80,31 @@ class DecoderLayer(SublayerSettings):
         return (x, (self_weights, cross_weights)) if return_attention_scores else x
 
     # -- incremental decoding ---------------------------------------------------------
-    def init_cache(self, memory, max_length):
-        """Cache for decoding: cross-attention K/V of ``memory`` (computed once) and
-        zero-filled self-attention K/V buffers of ``max_length`` positions.
+    def init_cache(self, memory, max_length=None):
+        """Cache for decoding: cross-attention K/V of ``memory`` (computed once) and the
+        self-attention K/V of the positions decoded so far, in one of two layouts:
 
-        Returns a dict of batch-major tensors: ``self_key`` ``[batch, heads, max_length, d_k]``,
-        ``self_value`` ``[batch, heads, max_length, d_v]``, ``cross_key``/``cross_value``
-        ``[batch, heads, source_length, d_k|d_v]``.
+        * ``max_length`` given (int or int32 scalar tensor): zero-filled buffers of
+          ``max_length`` positions, ``self_key`` ``[batch, heads, max_length, d_k]`` and
+          ``self_value`` ``[batch, heads, max_length, d_v]``, written in place one position
+          per step. Fixed shapes, as XLA (and ``jax.jit``) need.
+        * ``max_length=None``: ``prefix_key``/``prefix_value`` ``[batch, heads, 0, d]`` that
+          grow by one position per step. Each step then copies, attends over and (in beam
+          search) reorders only the positions decoded so far, not ``max_length`` of them:
+          the faster layout where shapes may change (TensorFlow graphs, eager).
+
+        Plus ``cross_key``/``cross_value`` ``[batch, heads, source_length, d_k|d_v]``.
         """
         cross_k, cross_v = self.cross_attention.project_key_value(memory)
         batch = ops.shape(memory)[0]
         dtype = cross_k.dtype
+        if max_length is None:
+            return {
+                "prefix_key": ops.zeros((batch, self.num_heads, 0, self.key_dim), dtype),
+                "prefix_value": ops.zeros((batch, self.num_heads, 0, self.value_dim), dtype),
+                "cross_key": cross_k,
+                "cross_value": cross_v,
+            }
         return {
             "self_key": ops.zeros((batch, self.num_heads, max_length, self.key_dim), dtype),
             "self_value": ops.zeros((batch, self.num_heads, max_length, self.value_dim), dtype),
@@ -96,26 +112,42 @@ class DecoderLayer(SublayerSettings):
             "cross_value": cross_v,
         }
 
-    def step(self, x, cache, step, memory_mask=None):
+    def step_weights(self):
+        """Weights of :meth:`step` in the form it multiplies by, for a caller to compute once
+        per decoding loop rather than once per step: the self-attention's side-by-side
+        query/key/value kernel (:meth:`MultiHeadAttention.self_projection`)."""
+        return {"self_projection": self.self_attention.self_projection()}
+
+    def step(self, x, cache, step, memory_mask=None, weights=None):
         """Decode one position: ``x`` ``[batch, 1, d_model]`` is the input at ``step``.
 
-        Writes this position's key/value into the self-attention buffers at index ``step``
-        and attends over positions ``0..step``. Returns ``(output [batch, 1, d_model], cache)``.
+        Adds this position's key/value to the self-attention cache (written at index ``step``
+        of the fixed buffers, or appended to the growing prefix: see :meth:`init_cache`) and
+        attends over positions ``0..step``. ``weights``: :meth:`step_weights` (optional; the
+        same result). Returns ``(output [batch, 1, d_model], cache)``.
         """
         attn = self.self_attention
-        q, k, v = attn.project_self(x)
-        zero = ops.zeros((), "int32")
-        step = ops.cast(step, "int32")
-        keys = ops.slice_update(cache["self_key"], (zero, zero, step, zero), ops.cast(k, cache["self_key"].dtype))
-        values = ops.slice_update(cache["self_value"], (zero, zero, step, zero),
-                                  ops.cast(v, cache["self_value"].dtype))
-        visible = ops.less_equal(ops.arange(ops.shape(keys)[2]), step)[None, None, None, :]
-        y, _ = attn.attend(q, keys, values, mask=visible)
+        q, k, v = attn.project_self(x, None if weights is None else weights["self_projection"])
+        new_cache = dict(cache)
+        if "prefix_key" in cache:
+            keys = ops.concatenate([cache["prefix_key"], ops.cast(k, cache["prefix_key"].dtype)], axis=2)
+            values = ops.concatenate([cache["prefix_value"], ops.cast(v, cache["prefix_value"].dtype)], axis=2)
+            with warnings.catch_warnings():  # at step 0 of an eager run the softmax is over 1 key: fine
+                warnings.filterwarnings("ignore", message="You are using a softmax over axis")
+                y, _ = attn.attend(q, keys, values)  # every cached position is visible
+            new_cache["prefix_key"], new_cache["prefix_value"] = keys, values
+        else:
+            zero = ops.zeros((), "int32")
+            step = ops.cast(step, "int32")
+            keys = ops.slice_update(cache["self_key"], (zero, zero, step, zero),
+                                    ops.cast(k, cache["self_key"].dtype))
+            values = ops.slice_update(cache["self_value"], (zero, zero, step, zero),
+                                      ops.cast(v, cache["self_value"].dtype))
+            visible = ops.less_equal(ops.arange(ops.shape(keys)[2]), step)[None, None, None, :]
+            y, _ = attn.attend(q, keys, values, mask=visible)
+            new_cache["self_key"], new_cache["self_value"] = keys, values
         x = self._residual(x, y, self.self_attention_norm, False)
         x, _ = self._cross_and_ffn(x, cache["cross_key"], cache["cross_value"], memory_mask, False)
-        new_cache = dict(cache)
-        new_cache["self_key"] = keys
-        new_cache["self_value"] = values
         return x, new_cache
 
     def compute_output_shape(self, x_shape, memory_shape=None):
@@ -171,13 +203,18 @@ class Decoder(LayerStack):
             all_weights.append(weights)
         return (x, all_weights) if return_attention_scores else x
 
-    def init_cache(self, memory, max_length):
+    def init_cache(self, memory, max_length=None):
         return {f"layer_{i}": layer.init_cache(memory, max_length) for i, layer in enumerate(self.layers)}
 
-    def step(self, x, cache, step, memory_mask=None):
+    def step_weights(self):
+        """Each layer's :meth:`DecoderLayer.step_weights`, keyed like the cache."""
+        return {f"layer_{i}": layer.step_weights() for i, layer in enumerate(self.layers)}
+
+    def step(self, x, cache, step, memory_mask=None, weights=None):
         new_cache = {}
         for i, layer in enumerate(self.layers):
-            x, new_cache[f"layer_{i}"] = layer.step(x, cache[f"layer_{i}"], step, memory_mask)
+            layer_weights = None if weights is None else weights[f"layer_{i}"]
+            x, new_cache[f"layer_{i}"] = layer.step(x, cache[f"layer_{i}"], step, memory_mask, layer_weights)
         return x, new_cache
 
     def compute_output_shape(self, x_shape, memory_shape=None):

@@ -68,12 +68,15 @@ def _module_class():
             self._limit = model_limit(model)
             self._vocab_size = int(model.vocab_size)
             self._unk_id = int(unk_id)
+            # autograph=False, as in tft translate (the same decoding function, traced the same way)
             self.translate_ids = tf.function(
-                self._translate_ids, input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
+                self._translate_ids, input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")],
+                autograph=False)
             if tokenizer is not None:
                 self.sentencepiece = tokenizer.tf_tokenizer  # a tracked resource: saved as an asset
                 self.translate = tf.function(
-                    self._translate_text, input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+                    self._translate_text, input_signature=[tf.TensorSpec([None], tf.string, name="text")],
+                    autograph=False)
 
         def _translate_ids(self, source_ids):
             ids = source_ids[:, : self._limit]

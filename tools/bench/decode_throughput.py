@@ -21,9 +21,26 @@ Three measurements, each after one untimed warm-up call (tracing):
    is still computed once). Reported: seconds per batch and the speedup.
 3. **Quality**: sacreBLEU (and the other metrics of ``tft evaluate``) of the greedy and the
    beam-4 translations against the references.
+4. **CTranslate2** (``--ct2``; needs the ``[ct2]`` extra): the model exported with
+   ``tft export --format ctranslate2`` (float32 and int8 weights) decodes the same test set
+   in the same process, its rows timed right after ours (same batches of ``--batch-size``
+   sorted by length, same length limits; ``--ct2-threads`` CPU threads, ``--ct2-int8-threads``
+   for int8). Identity: the share of sentences where CTranslate2 float32 and ours give the
+   same ids, for greedy and for beam 4 with alpha 0 (``--alpha 0`` run of both), and the
+   largest difference of the forward (teacher-forced) log-probabilities of our greedy
+   outputs, ours vs CTranslate2's ``score_batch``.
+5. **Whole process** (``--process``): ``tft translate`` of the test set as a subprocess,
+   for each engine: wall time and CPU time (the child's user + system).
 
-Prints a table and, with ``--json``, writes every figure with the command line, machine
-and date.
+``--tf-threads N`` gives TensorFlow N intra-op and N inter-op threads (ours, in this
+process, and the ``tft translate --threads N`` processes); ``--ct2-threads`` and
+``--ct2-int8-threads`` set CTranslate2's.
+
+Every timed figure is given as wall sentences/s and as sentences per CPU-second (the
+process's user + system time over all its threads). On a shared machine the CPU-time
+figure is the stable one: a process that waits for the CPU is charged wall time, not CPU
+time. Prints tables and, with ``--json``, writes every figure with the command line,
+machine, load average and date.
 """
 
 from __future__ import annotations
@@ -63,6 +80,16 @@ def parse_args(argv=None):
     p.add_argument("--skip-uncached", action="store_true", help="skip measurement 2")
     p.add_argument("--only-cache", action="store_true",
                    help="only measurement 2 (needs no trained model: EOS is suppressed anyway)")
+    p.add_argument("--ct2", action="store_true", help="add CTranslate2 rows (float32, int8) and identity figures")
+    p.add_argument("--ct2-threads", type=int, default=2, help="CPU threads of CTranslate2 float32 (default 2)")
+    p.add_argument("--ct2-int8-threads", type=int, default=1, help="CPU threads of CTranslate2 int8 (default 1)")
+    p.add_argument("--skip-identity", action="store_true", help="with --ct2: no alpha-0 beam identity run")
+    p.add_argument("--tf-threads", type=int, default=0,
+                   help="TensorFlow's intra- and inter-op threads, ours and `tft translate --threads` (default 0: "
+                        "TensorFlow's choice, one per core)")
+    p.add_argument("--process", action="store_true",
+                   help="also time whole `tft translate` processes over the test set (each engine)")
+    p.add_argument("--skip-quality", action="store_true", help="no BLEU (faster)")
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args(argv)
     if not args.tiny and not (args.model and args.vocab):
@@ -98,34 +125,161 @@ def load(args):
     return model, tok, sources, refs, what
 
 
-def test_set_throughput(model, tok, sources, refs, args):
-    from tf_transformer.decoding.translator import Translator
-    from tf_transformer.evaluation.bleu import evaluate_translations
+def cpu_seconds() -> float:
+    """User + system CPU time of this process, all threads (TensorFlow's and CTranslate2's)."""
+    t = os.times()
+    return t.user + t.system
 
-    results = {}
-    for name, beam in (("greedy", 1), (f"beam{args.beam}", args.beam)):
-        tr = Translator(model, tok, beam_size=beam, alpha=args.alpha, max_extra_length=args.max_extra_len,
+
+def timed(translator, sources):
+    """``(outputs, stats, wall seconds, CPU seconds)`` of one ``translate_ids`` pass."""
+    start, cpu = time.perf_counter(), cpu_seconds()
+    outputs, _, stats = translator.translate_ids(sources)
+    return outputs, stats, time.perf_counter() - start, cpu_seconds() - cpu
+
+
+def row(name, outputs, stats, wall, cpu, n, tok=None, refs=None, **extra):
+    r = {"sentences": n, "seconds": round(wall, 3), "cpu_seconds": round(cpu, 3),
+         "sentences_per_s": round(n / wall, 2), "sentences_per_cpu_s": round(n / cpu, 2),
+         "output_tokens": stats.output_tokens, "output_tokens_per_s": round(stats.output_tokens / wall, 1),
+         "mean_output_tokens": round(stats.output_tokens / max(stats.decoded, 1), 2),
+         "load_average": round(os.getloadavg()[0], 2), **extra}
+    if tok is not None and refs is not None:
+        from tf_transformer.evaluation.bleu import evaluate_translations
+
+        scores = evaluate_translations(tok.decode(outputs), refs)
+        r["scores"] = {k: {"name": s.name, "score": round(s.score, 2), "signature": s.signature}
+                       for k, s in scores.items()}
+    bleu = f"; sacreBLEU {r['scores']['sacrebleu']['score']:.2f}" if "scores" in r else ""
+    print(f"  {name:>22}: {n} sentences in {wall:.1f} s = {n / wall:.2f} sent/s ({n / cpu:.2f} per CPU-s, "
+          f"load {r['load_average']:.1f}){bleu}", file=sys.stderr, flush=True)
+    return r
+
+
+def test_set_throughput(model, tok, sources, refs, args, ct2_dirs=None):
+    """Measurements 1, 3 and 4: each decoding setting, ours then each CTranslate2 export."""
+    from tf_transformer.decoding.translator import Translator
+
+    ids = tok.encode(sources)
+    refs = None if args.skip_quality else refs
+    results, outputs = {}, {}
+    settings = [("greedy", 1, args.alpha), (f"beam{args.beam}", args.beam, args.alpha)]
+    if ct2_dirs and not args.skip_identity and args.alpha != 0:
+        settings.append((f"beam{args.beam}_alpha0", args.beam, 0.0))
+    for name, beam, alpha in settings:
+        tr = Translator(model, tok, beam_size=beam, alpha=alpha, max_extra_length=args.max_extra_len,
                         batch_size=args.batch_size, jit_compile=args.xla)
-        tr.translate(sources[: min(len(sources), args.batch_size)])  # warm-up: tracing
         start = time.perf_counter()
-        hyps, _, stats = tr.translate(sources)
-        seconds = time.perf_counter() - start
-        scores = evaluate_translations(hyps, refs)
-        results[name] = {
-            "beam_size": beam,
-            "alpha": args.alpha if beam > 1 else None,
-            "sentences": len(sources),
-            "seconds": round(seconds, 3),
-            "sentences_per_s": round(len(sources) / seconds, 2),
-            "output_tokens": stats.output_tokens,
-            "output_tokens_per_s": round(stats.output_tokens / seconds, 1),
-            "mean_output_tokens": round(stats.output_tokens / max(stats.decoded, 1), 2),
-            "scores": {k: {"name": s.name, "score": round(s.score, 2), "signature": s.signature}
-                       for k, s in scores.items()},
-        }
-        print(f"  {name:>7}: {len(sources)} sentences in {seconds:.1f} s = {len(sources) / seconds:.2f} sent/s, "
-              f"{stats.output_tokens / seconds:.0f} tok/s; sacreBLEU {scores['sacrebleu'].score:.2f}",
-              file=sys.stderr, flush=True)
+        tr.translate_ids(ids[: min(len(ids), args.batch_size)])  # warm-up: tracing
+        first = time.perf_counter() - start
+        out, stats, wall, cpu = timed(tr, ids)
+        outputs[("ours", name)] = out
+        results[f"ours {name}"] = row(f"ours {name}", out, stats, wall, cpu, len(ids), tok, refs, beam_size=beam,
+                                      alpha=alpha if beam > 1 else None, warmup_seconds=round(first, 2))
+        for label, (path, threads) in (ct2_dirs or {}).items():
+            from tf_transformer.serving.ctranslate2 import CT2Translator
+
+            ct = CT2Translator(path, tok, beam_size=beam, alpha=alpha, max_extra_length=args.max_extra_len,
+                               batch_size=args.batch_size, threads=threads)
+            ct.translate_ids(ids[: min(len(ids), args.batch_size)])  # warm-up
+            out, stats, wall, cpu = timed(ct, ids)
+            outputs[(label, name)] = out
+            key = f"{label} {name}"
+            results[key] = row(key, out, stats, wall, cpu, len(ids), tok, refs, beam_size=beam, threads=threads,
+                               alpha=alpha if beam > 1 else None)
+    identity = {}
+    if ct2_dirs:
+        f32 = next(iter(ct2_dirs))
+        for name, beam, alpha in settings:
+            if beam > 1 and alpha != 0:
+                continue
+            same = sum(a == b for a, b in zip(outputs[("ours", name)], outputs[(f32, name)]))
+            identity[name] = {"identical": same, "sentences": len(ids), "share": round(same / len(ids), 4)}
+            print(f"  identity {name}: {same}/{len(ids)} sentences identical (ours vs {f32})", file=sys.stderr)
+        identity["forward_log_prob_max_abs_diff"] = forward_log_prob_diff(
+            model, ct2_dirs[f32][0], tok, ids, outputs[("ours", "greedy")], args)
+        print(f"  forward log-probs of our greedy outputs: max |ours - CTranslate2| = "
+              f"{identity['forward_log_prob_max_abs_diff']:.2e}", file=sys.stderr)
+    return results, identity
+
+
+def forward_log_prob_diff(model, ct2_dir, tok, sources, targets, args, n: int = 256) -> float:
+    """Largest |ours - CTranslate2| of the teacher-forced log-probabilities of ``targets`` + EOS."""
+    import numpy as np
+    import tensorflow as tf
+
+    from tf_transformer.serving.ctranslate2 import CT2Translator
+
+    pairs = [(s[: model.max_length], t[: model.max_length - 1]) for s, t in zip(sources, targets)][:n]
+    theirs = CT2Translator(ct2_dir, tok, batch_size=args.batch_size).score_ids([p[0] for p in pairs],
+                                                                                  [p[1] for p in pairs])
+    worst = 0.0
+    for b in range(0, len(pairs), 64):
+        chunk = pairs[b: b + 64]
+        ws, wt = max(len(p[0]) for p in chunk), max(len(p[1]) for p in chunk) + 1
+        src = np.zeros((len(chunk), ws), np.int32)
+        tgt_in = np.zeros((len(chunk), wt), np.int32)
+        for i, (s, t) in enumerate(chunk):
+            src[i, : len(s)] = s
+            tgt_in[i, : len(t) + 1] = [tok.bos_id] + list(t)
+        log_probs = tf.nn.log_softmax(model((src, tgt_in), training=False), axis=-1).numpy()
+        for i, (s, t) in enumerate(chunk):
+            ours = log_probs[i, np.arange(len(t) + 1), list(t) + [tok.eos_id]]
+            worst = max(worst, float(np.max(np.abs(ours - np.array(theirs[b + i])))))
+    return worst
+
+
+def export_ct2(model, tok, args) -> dict:
+    """CTranslate2 exports of the model in a temporary directory: ``{label: (dir, threads)}``."""
+    from tf_transformer.serving.ctranslate2 import export_ctranslate2
+
+    root = tempfile.mkdtemp(prefix="tft_bench_ct2_")
+    dirs = {}
+    for label, quant, threads in (("ct2-float32", None, args.ct2_threads), ("ct2-int8", "int8", args.ct2_int8_threads)):
+        path = os.path.join(root, label)
+        export_ctranslate2(model, tok, path, quantization=quant, source=args.model)
+        dirs[label] = (path, threads)
+    return dirs
+
+
+def whole_process(args, sources, ct2_dirs) -> dict:
+    """Measurement 5: ``tft translate`` processes over the test set (wall and child CPU time)."""
+    import subprocess
+
+    tft = os.path.join(os.path.dirname(sys.executable), "tft")
+    src = tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8")
+    src.write("".join(s.replace("\n", " ") + "\n" for s in sources))
+    src.close()
+    dest = src.name + ".out"
+    runs = []
+    for beam in (1, args.beam):
+        common = ["--input", src.name, "--output", dest, "--beam", str(beam), "--alpha", str(args.alpha),
+                  "--batch-size", str(args.batch_size), "--max-extra-len", str(args.max_extra_len), "--quiet"]
+        threads = ["--threads", str(args.tf_threads)] if args.tf_threads else []
+        runs.append(("tft translate greedy" if beam == 1 else f"tft translate beam{beam}",
+                     [tft, "translate", "--model", args.model, "--vocab", args.vocab] + threads + common))
+        if ct2_dirs:
+            path, threads = ct2_dirs["ct2-float32"]
+            runs.append((f"tft translate --engine ctranslate2 {'greedy' if beam == 1 else f'beam{beam}'}",
+                         [tft, "translate", "--engine", "ctranslate2", "--model", path, "--threads",
+                          str(threads)] + common))
+    results = {}
+    for name, cmd in runs:
+        before = os.times()
+        start = time.perf_counter()
+        subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL)
+        wall = time.perf_counter() - start
+        after = os.times()
+        cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+        results[name] = {"seconds": round(wall, 2), "cpu_seconds": round(cpu, 2),
+                         "sentences_per_s": round(len(sources) / wall, 2),
+                         "sentences_per_cpu_s": round(len(sources) / cpu, 2),
+                         "load_average": round(os.getloadavg()[0], 2)}
+        print(f"  {name}: {wall:.1f} s wall, {cpu:.1f} s CPU ({len(sources) / wall:.2f} sent/s, "
+              f"{len(sources) / cpu:.2f} per CPU-s)", file=sys.stderr, flush=True)
+    for path in (src.name, dest):
+        if os.path.exists(path):
+            os.unlink(path)
     return results
 
 
@@ -200,43 +354,80 @@ def cache_speedup(model, tok, sources, args):
 def machine() -> dict:
     import tensorflow as tf
 
-    cpu = platform.processor() or ""
+    cpu, flags = platform.processor() or "", []
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
+                if line.startswith("model name") and not flags:
                     cpu = line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    flags = [x for x in line.split(":", 1)[1].split() if x in ("avx2", "fma", "avx512f", "avx512_vnni",
+                                                                               "avx512_bf16", "amx_tile")]
                     break
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "tensorflow": tf.__version__,
+    info = {"cpu": cpu, "simd": flags, "cores": os.cpu_count(), "python": platform.python_version(),
+            "tensorflow": tf.__version__, "load_average": [round(x, 2) for x in os.getloadavg()],
             "date": time.strftime("%Y-%m-%d %H:%M")}
+    try:
+        import ctranslate2
+
+        info["ctranslate2"] = ctranslate2.__version__
+    except ImportError:
+        pass
+    return info
 
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.tf_threads:
+        from tf_transformer.decoding.translator import set_cpu_threads
+
+        set_cpu_threads(args.tf_threads)  # before TensorFlow's first op
     model, tok, sources, refs, what = load(args)
     print(f"decode_throughput: {len(sources)} sentences of {what}; model {args.model}", file=sys.stderr)
-    throughput = {}
+    throughput, identity, process = {}, {}, {}
+    ct2_dirs = export_ct2(model, tok, args) if args.ct2 else None
     if not args.only_cache:
-        print("1. test-set throughput (translator path)", file=sys.stderr)
-        throughput = test_set_throughput(model, tok, sources, refs, args)
+        print("1. test-set throughput (translator path)" + (" and CTranslate2" if ct2_dirs else ""), file=sys.stderr)
+        throughput, identity = test_set_throughput(model, tok, sources, refs, args, ct2_dirs)
+    if args.process:
+        print("5. whole `tft translate` processes", file=sys.stderr)
+        process = whole_process(args, sources, ct2_dirs)
     speed = None
     if not args.skip_uncached:
         print(f"2. cached vs uncached, {args.cache_length}-token outputs", file=sys.stderr)
         speed = cache_speedup(model, tok, sources, args)
     result = {"command": "python " + " ".join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:])),
               "data": what, "model": args.model, "batch_size": args.batch_size, "xla": args.xla,
-              "machine": machine(), "throughput": throughput, "cache": speed}
+              "tf_threads": args.tf_threads,
+              "machine": machine(), "throughput": throughput, "identity": identity, "process": process,
+              "cache": speed}
 
     if throughput:
         print()
-        print("| decoding | sentences/s | output tokens/s | mean output tokens | sacreBLEU | BLEU lc (13a) | chrF2 |")
-        print("|---|---|---|---|---|---|---|")
+        print("| decoding | sentences/s | sentences per CPU-s | output tokens/s | mean output tokens | sacreBLEU "
+              "| BLEU lc (13a) | chrF2 |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, r in throughput.items():
-        s = r["scores"]
-        print(f"| {name} | {r['sentences_per_s']:.2f} | {r['output_tokens_per_s']:.0f} | {r['mean_output_tokens']:.1f} "
-              f"| {s['sacrebleu']['score']:.2f} | {s['bleu_lc']['score']:.2f} | {s['chrf']['score']:.2f} |")
+        s = r.get("scores")
+        quality = (f"{s['sacrebleu']['score']:.2f} | {s['bleu_lc']['score']:.2f} | {s['chrf']['score']:.2f}"
+                   if s else "- | - | -")
+        print(f"| {name} | {r['sentences_per_s']:.2f} | {r['sentences_per_cpu_s']:.2f} | "
+              f"{r['output_tokens_per_s']:.0f} | {r['mean_output_tokens']:.1f} | {quality} |")
+    if identity:
+        print()
+        for name, r in identity.items():
+            if isinstance(r, dict):
+                print(f"- identical to CTranslate2 float32, {name}: {r['identical']}/{r['sentences']}")
+        print(f"- forward log-probs, max |ours - CTranslate2 float32|: {identity['forward_log_prob_max_abs_diff']:.2e}")
+    if process:
+        print()
+        print("| whole process | wall s | CPU s | sentences/s | sentences per CPU-s |")
+        print("|---|---:|---:|---:|---:|")
+        for name, r in process.items():
+            print(f"| {name} | {r['seconds']:.1f} | {r['cpu_seconds']:.1f} | {r['sentences_per_s']:.2f} "
+                  f"| {r['sentences_per_cpu_s']:.2f} |")
     if speed:
         print()
         print(f"| {args.cache_length}-token outputs | cached s | uncached s | speedup |")

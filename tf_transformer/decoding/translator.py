@@ -122,8 +122,8 @@ def set_cpu_threads(threads: int) -> None:
     many). A decoding step is a chain of small ops, so the split buys little and costs much:
     idle pool threads spin while they wait, and each hand-over waits for a core. On the
     2-core machine of tools/bench/RESULTS.md one thread per op decodes faster than the
-    default and spends 40% less CPU time; whole batches side by side are what keeps two cores
-    busy. Must be called before TensorFlow runs its first op in the process; later, only
+    default and spends 30-40% less CPU time; whole batches side by side are what keeps two
+    cores busy. Must be called before TensorFlow runs its first op in the process; later, only
     the current setting is accepted.
     """
     import tensorflow as tf

@@ -14,6 +14,7 @@ from tf_transformer.decoding.translator import (
     load_tokenizer,
     read_lines,
 )
+from tf_transformer.errors import UserError
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +58,21 @@ def test_batch_of_64_mixed_lengths_keeps_order(translator):
         alone, alone_scores, _ = translator.translate([texts[i]])
         assert alone[0] == outputs[i]
         assert alone_scores[0] == pytest.approx(scores[i], abs=1e-3)
+
+
+def test_workers_decode_batches_at_once_with_the_same_results(assets):
+    # Batches of 8 from 3 threads at once: the same outputs and scores, in input order, as
+    # one batch after the other; progress counts every sentence.
+    model = load_model(assets[0])
+    tok = load_tokenizer(assets[1], model)
+    texts = toy_sentences(45, seed=11) + [""]
+    one, many = (Translator(model, tok, beam_size=2, max_extra_length=5, batch_size=8, workers=w) for w in (1, 3))
+    done = []
+    outputs, scores, stats = many.translate(texts, progress=done.append)
+    assert (outputs, scores) == one.translate(texts)[:2]
+    assert sum(done) == 46 and stats.batches == 6 and stats.decoded == 45
+    with pytest.raises(UserError, match="workers=0"):
+        Translator(model, tok, workers=0)
 
 
 def test_output_length_rule(translator):
@@ -129,11 +145,11 @@ def test_import_tensorflow_skips_matplotlib_and_sets_threads():
     # thread pools set, and matplotlib importable as usual afterwards.
     code = ("import sys, importlib.util\n"
             "from tf_transformer.cli.decode import import_tensorflow\n"
-            "import_tensorflow(1)\n"
+            "import_tensorflow(2)\n"
             "import tensorflow as tf, keras\n"
             "assert 'matplotlib' not in sys.modules, 'matplotlib was imported'\n"
             "assert tf.config.threading.get_intra_op_parallelism_threads() == 1\n"
-            "assert tf.config.threading.get_inter_op_parallelism_threads() == 1\n"
+            "assert tf.config.threading.get_inter_op_parallelism_threads() == 2\n"
             "if importlib.util.find_spec('matplotlib'):\n"
             "    import matplotlib.pyplot\n"
             "print('ok')\n")

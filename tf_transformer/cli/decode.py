@@ -58,9 +58,9 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tensorflow (default: our beam search) or ctranslate2 (a CTranslate2 export; "
                              "needs the [ct2] extra; --alpha 0 gives our outputs exactly, see docs/serving.md)")
     parser.add_argument("--threads", type=int, default=0,
-                        help="CPU threads (default 0: the engine's choice, one per core); with --engine tensorflow, "
-                             "TensorFlow's intra-op and inter-op threads: on a machine busy with other work, 1 decodes "
-                             "faster and spends less CPU time (tools/bench/RESULTS.md)")
+                        help="CPU threads (default 0: the engine's choice). With --engine tensorflow: N batches "
+                             "decoded at once, one thread each (TensorFlow's default, every op split over all cores, "
+                             "is slower on small models: tools/bench/RESULTS.md); with ctranslate2, its intra_threads")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -110,12 +110,13 @@ def build_translator(args):
     model, tok = load_model_and_vocabulary(args, cfg)
     translator = Translator(model, tok, beam_size=decode.beam_size, alpha=decode.alpha,
                             max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
-                            jit_compile=args.xla)
+                            jit_compile=args.xla, workers=max(getattr(args, "threads", 0), 1))
     return cfg, decode, translator
 
 
 def import_tensorflow(threads: int = 0) -> None:
-    """Import TensorFlow for decoding, without matplotlib, and set its ``--threads``.
+    """Import TensorFlow for decoding, without matplotlib, and set its ``--threads``
+    (:func:`tf_transformer.decoding.translator.set_cpu_threads`).
 
     Importing TensorFlow imports Keras, which imports ``matplotlib.pyplot`` when it can (for
     its image-gallery plots, under ``try``/``except ImportError``): most of a second of every

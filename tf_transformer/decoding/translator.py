@@ -114,28 +114,31 @@ def read_lines(data: bytes, where: str = "<stdin>") -> tuple[list[str], list[int
 
 
 def set_cpu_threads(threads: int) -> None:
-    """Run TensorFlow's CPU ops on ``threads`` threads: its intra-op pool (the threads that one
-    op, a matrix product say, is split over) and its inter-op pool (ops that run side by side)
-    both get ``threads``. TensorFlow's default is one thread per core in each.
+    """Give TensorFlow ``threads`` CPU threads for ops that run side by side (its inter-op
+    pool) and one thread per op (its intra-op pool): the setting for decoding ``threads``
+    batches at once, one thread each (:class:`Translator`'s ``workers``).
 
-    On a machine shared with other work, ``threads=1`` decodes faster than the default and
-    spends a third less CPU time for the same output: idle pool threads spin while they wait
-    for work, and every hand-over between threads waits for a core. Must be called before
-    TensorFlow runs its first op in the process; later, only the current setting is accepted.
+    TensorFlow's default splits every op over all cores (and runs ops side by side on as
+    many). A decoding step is a chain of small ops, so the split buys little and costs much:
+    idle pool threads spin while they wait, and each hand-over waits for a core. On the
+    2-core machine of tools/bench/RESULTS.md one thread per op decodes faster than the
+    default and spends 30-40% less CPU time; whole batches side by side are what keeps two
+    cores busy. Must be called before TensorFlow runs its first op in the process; later, only
+    the current setting is accepted.
     """
     import tensorflow as tf
 
     if threads < 1:
         raise UserError(f"threads={threads}: must be >= 1")
     try:
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_intra_op_parallelism_threads(1)
         tf.config.threading.set_inter_op_parallelism_threads(threads)
     except RuntimeError:
         current = (tf.config.threading.get_intra_op_parallelism_threads(),
                    tf.config.threading.get_inter_op_parallelism_threads())
         raise UserError(f"threads={threads}: TensorFlow is already running in this process with intra-op and "
-                        f"inter-op threads {current} (0 = its default); the number of threads can only be set "
-                        "before its first op") from None
+                        f"inter-op threads {current} (0 = its default); its threads can only be set before its "
+                        "first op") from None
 
 
 def load_tokenizer(path: str, model=None):
@@ -168,6 +171,10 @@ class Translator:
       batch_size: sentences per decoding batch (sorted by length first).
       jit_compile: compile the decoding graph with XLA (one compilation per batch shape).
       cached: use the key/value cache (``False`` only for comparisons).
+      workers: batches decoded at once, each from its own Python thread (TensorFlow
+        releases the GIL while it runs them); with :func:`set_cpu_threads` of the same number,
+        each batch runs on one core. Every batch is decoded as it is alone: the outputs do
+        not depend on ``workers``.
 
     Example::
 
@@ -176,7 +183,7 @@ class Translator:
     """
 
     def __init__(self, model, tokenizer, beam_size: int = 4, alpha: float = 0.6, max_extra_length: int = 50,
-                 batch_size: int = 64, jit_compile: bool = False, cached: bool = True):
+                 batch_size: int = 64, jit_compile: bool = False, cached: bool = True, workers: int = 1):
         import tensorflow as tf
 
         from tf_transformer.decoding.model_fns import model_limit, translate_batch
@@ -191,6 +198,9 @@ class Translator:
             raise UserError(f"max_extra_length={max_extra_length}: must be >= 0")
         if batch_size < 1:
             raise UserError(f"batch_size={batch_size}: must be >= 1")
+        if workers < 1:
+            raise UserError(f"workers={workers}: must be >= 1")
+        self.workers = int(workers)
         self.model = model
         self.tokenizer = tokenizer
         self.beam_size = int(beam_size)
@@ -238,6 +248,7 @@ class Translator:
             progress(skipped)
         # Longest first: a batch that does not fit in memory fails at once, not at the end.
         todo.sort(key=lambda i: -len(clipped[i]))
+        batches = []
         for b in range(0, len(todo), self.batch_size):
             idx = todo[b: b + self.batch_size]
             width = max(len(clipped[i]) for i in idx)
@@ -245,20 +256,39 @@ class Translator:
             batch = np.zeros((len(idx), width), np.int32)
             for row, i in enumerate(idx):
                 batch[row, : len(clipped[i])] = clipped[i]
-            ids, sc = self._decode(batch)
-            ids, sc = ids.numpy(), sc.numpy()
-            for row, i in enumerate(idx):
-                out = [int(t) for t in ids[row] if t != 0]
-                outputs[i] = out
-                scores[i] = float(sc[row])
-                stats.output_tokens += len(out)
-                stats.source_tokens += len(clipped[i])
-            stats.batches += 1
-            stats.decoded += len(idx)
-            if progress:
-                progress(len(idx))
+            batches.append((idx, batch))
+
+        def decode(item):
+            ids, sc = self._decode(item[1])
+            return item[0], ids.numpy(), sc.numpy()
+
+        pool = None
+        if self.workers > 1 and len(batches) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            pool = ThreadPoolExecutor(min(self.workers, len(batches)))
+        try:
+            for idx, ids, sc in (pool.map(decode, batches) if pool else map(decode, batches)):
+                self._collect(idx, ids, sc, clipped, outputs, scores, stats)
+                if progress:
+                    progress(len(idx))
+        finally:
+            if pool:
+                pool.shutdown(cancel_futures=True)
         stats.seconds = time.time() - start
         return outputs, scores, stats
+
+    @staticmethod
+    def _collect(idx, ids, sc, clipped, outputs, scores, stats) -> None:
+        """Put one decoded batch's rows back at their sentences' places."""
+        for row, i in enumerate(idx):
+            out = [int(t) for t in ids[row] if t != 0]
+            outputs[i] = out
+            scores[i] = float(sc[row])
+            stats.output_tokens += len(out)
+            stats.source_tokens += len(clipped[i])
+        stats.batches += 1
+        stats.decoded += len(idx)
 
     def translate(self, texts: Sequence[str], progress: Callable[[int], None] | None = None
                   ) -> tuple[list[str], list[float], TranslationStats]:

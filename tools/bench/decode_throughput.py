@@ -32,9 +32,9 @@ Three measurements, each after one untimed warm-up call (tracing):
 5. **Whole process** (``--process``): ``tft translate`` of the test set as a subprocess,
    for each engine: wall time and CPU time (the child's user + system).
 
-``--tf-threads N`` gives TensorFlow N intra-op and N inter-op threads (ours, in this
-process, and the ``tft translate --threads N`` processes); ``--ct2-threads`` and
-``--ct2-int8-threads`` set CTranslate2's.
+``--tf-threads N`` decodes N batches at once, one thread each (ours, in this process, and
+the ``tft translate --threads N`` processes); ``--ct2-threads`` and ``--ct2-int8-threads``
+set CTranslate2's intra-op threads.
 
 Every timed figure is given as wall sentences/s and as sentences per CPU-second (the
 process's user + system time over all its threads). On a shared machine the CPU-time
@@ -85,8 +85,8 @@ def parse_args(argv=None):
     p.add_argument("--ct2-int8-threads", type=int, default=1, help="CPU threads of CTranslate2 int8 (default 1)")
     p.add_argument("--skip-identity", action="store_true", help="with --ct2: no alpha-0 beam identity run")
     p.add_argument("--tf-threads", type=int, default=0,
-                   help="TensorFlow's intra- and inter-op threads, ours and `tft translate --threads` (default 0: "
-                        "TensorFlow's choice, one per core)")
+                   help="ours and `tft translate --threads`: N batches at once, one thread each (default 0: "
+                        "TensorFlow's threads, one batch at a time)")
     p.add_argument("--process", action="store_true",
                    help="also time whole `tft translate` processes over the test set (each engine)")
     p.add_argument("--skip-quality", action="store_true", help="no BLEU (faster)")
@@ -168,7 +168,7 @@ def test_set_throughput(model, tok, sources, refs, args, ct2_dirs=None):
         settings.append((f"beam{args.beam}_alpha0", args.beam, 0.0))
     for name, beam, alpha in settings:
         tr = Translator(model, tok, beam_size=beam, alpha=alpha, max_extra_length=args.max_extra_len,
-                        batch_size=args.batch_size, jit_compile=args.xla)
+                        batch_size=args.batch_size, jit_compile=args.xla, workers=max(args.tf_threads, 1))
         start = time.perf_counter()
         tr.translate_ids(ids[: min(len(ids), args.batch_size)])  # warm-up: tracing
         first = time.perf_counter() - start

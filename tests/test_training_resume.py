@@ -160,3 +160,35 @@ def test_atomic_write_leaves_the_old_file_when_the_write_fails(tmp_path):
         with atomic_path(target, expected_bytes=2**62):
             pass
     assert target.read_text() == "old"
+
+
+def _write_config_without(cfg, path: Path, field: str) -> None:
+    import yaml
+
+    from tf_transformer.io import write_run_config
+
+    write_run_config(cfg, path)
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    del raw["data"][field]
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+
+
+def test_run_from_before_parallel_pipelines_resumes_with_one_pipeline(tmp_path):
+    """A config.yaml written before ``data.parallel_pipelines`` existed ran one pipeline: a
+    resume under the default (0 = one per core) continues it with one, and is not refused;
+    asking for two on purpose still is."""
+    from tf_transformer.config import load_config
+    from tf_transformer.training.rundir import RunContractError, check_contract, resolve_pipelines_for
+
+    _write_config_without(load_config("multi30k_tiny"), tmp_path / "config.yaml", "parallel_pipelines")
+
+    resumed = load_config("multi30k_tiny")
+    assert resumed.data.parallel_pipelines == 0
+    resolve_pipelines_for(resumed, tmp_path)
+    assert resumed.data.parallel_pipelines == 1
+    assert check_contract(resumed, tmp_path) == []
+
+    two = load_config("multi30k_tiny", ["data.parallel_pipelines=2"])
+    resolve_pipelines_for(two, tmp_path)
+    with pytest.raises(RunContractError, match=r"data.parallel_pipelines: 1 -> 2"):
+        check_contract(two, tmp_path)

@@ -120,6 +120,8 @@ def check_contract(cfg, model_dir, tokenizer=None, allow_change: bool = False) -
         old = load_config(str(path), validate=False)
     except UserError as e:
         raise ConfigError(f"{path} (the config of the run in {model_dir}) cannot be read: {e}") from None
+    if not old.data.parallel_pipelines:
+        old.data.parallel_pipelines = 1  # a config.yaml from before the field: one pipeline ran
     found = differences(old, cfg)
     vocab = model_dir / "vocab.model"
     if tokenizer is not None and vocab.is_file():

@@ -282,3 +282,13 @@ def test_tft_prepare_command(corpus, tok, tmp_path, capsys):
     assert main(["prepare", "--config", str(config), "--output", str(out)]) == 2
     assert "(--force)" in capsys.readouterr().err
     assert os.path.isfile(out / "vocab.model")
+
+
+@pytest.mark.parametrize("cores, expected", [(1, 1), (3, 3), (40, 16)])
+def test_one_pipeline_per_usable_core(monkeypatch, cores, expected):
+    """parallel_pipelines 0 counts the cores this process may run on (taskset, CPU sets),
+    not the machine's, and stops at 16; an explicit count is kept."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert batching.resolve_pipelines(DataConfig(parallel_pipelines=0)) == expected
+    assert batching.resolve_pipelines(DataConfig(parallel_pipelines=5)) == 5

@@ -176,9 +176,18 @@ _STATS_CACHE: dict = {}
 
 
 def resolve_pipelines(data_config) -> int:
-    """``data.parallel_pipelines``, 0 resolved to one per CPU core (at most 16)."""
+    """``data.parallel_pipelines``, 0 resolved to one per CPU core this process may run on
+    (its affinity mask, so ``taskset`` and CPU sets count; at most 16)."""
     cfg = sources.data_section(data_config)
-    return cfg.parallel_pipelines or max(1, min(16, os.cpu_count() or 1))
+    return cfg.parallel_pipelines or max(1, min(16, usable_cores()))
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on: its affinity mask where the OS has one."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _worker_shard(input_context) -> tuple[int, int]:

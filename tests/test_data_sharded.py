@@ -292,3 +292,53 @@ def test_one_pipeline_per_usable_core(monkeypatch, cores, expected):
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     assert batching.resolve_pipelines(DataConfig(parallel_pipelines=0)) == expected
     assert batching.resolve_pipelines(DataConfig(parallel_pipelines=5)) == 5
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Groups of 4 pairs, so that the tiny corpus spans ramp-up chunks and full chunks."""
+    monkeypatch.setattr(batching, "_TOKENIZE_BATCH", 4)
+
+
+@pytest.mark.parametrize("pipelines", [1, 2])
+def test_sorted_chunks_keep_every_pair_once_within_the_budget(corpus, tok, small_chunks, pipelines):
+    """batching: sorted_chunks: one epoch holds every kept pair exactly once (ramp-up chunks
+    and full chunks alike), every batch keeps both sides within the token budget, and all
+    rows of a batch fall in one length bucket of max(source, BOS+target)."""
+    # 64 pairs per pipeline's chunk: 16 ramp-up chunks of one 4-pair group, then full ones
+    cfg = text_cfg(corpus, batching="sorted_chunks", shuffle_buffer=64 * pipelines, parallel_pipelines=pipelines)
+    ds = make_dataset(cfg, "train", tok, repeat=False, verbose=False)
+    assert id_pairs(ds) == expected_ids(tok, all_pairs(corpus))
+    bounds = batching.bucket_bounds(cfg.max_length, cfg.bucket_width)
+    sizes = []
+    for (src, tgt_in), tgt_out in ds.as_numpy_iterator():
+        rows = src.shape[0]
+        assert rows * src.shape[1] <= cfg.tokens_per_batch and rows * tgt_in.shape[1] <= cfg.tokens_per_batch
+        longest = np.maximum((src != 0).sum(1), (tgt_out != 0).sum(1))  # y+EOS = BOS+y
+        buckets = np.searchsorted(bounds, longest, side="left")
+        assert len(set(buckets)) == 1, buckets
+        assert rows <= cfg.tokens_per_batch // bounds[buckets[0]]
+        sizes.append(rows)
+    assert max(sizes) > 4  # full chunks make batches larger than one 4-pair group could
+
+
+def test_sorted_chunks_are_deterministic_resumable_and_reshuffled(corpus, tok, small_chunks):
+    cfg = text_cfg(corpus, batching="sorted_chunks", shuffle_buffer=64, parallel_pipelines=2)
+
+    def first(n, seed=5, skip=0):
+        ds = make_dataset(cfg, "train", tok, seed=seed, verbose=False, skip=skip).take(n)
+        return [tuple(map(bytes, (s, t))) for (s, _), t in ds.as_numpy_iterator()]
+
+    stream = first(60)
+    assert first(60) == stream
+    assert first(50, skip=10) == stream[10:]
+    assert first(60, seed=6) != stream
+    # later epochs group the pairs anew: the repeated stream is not the first epoch again
+    epoch = len(list(make_dataset(cfg, "train", tok, seed=5, repeat=False, verbose=False)))
+    two = first(2 * epoch)
+    assert two[:60] == stream and two[epoch:] != two[:epoch]
+
+
+def test_batching_mode_is_checked():
+    with pytest.raises(ConfigError, match=r"data.batching='sorted' is not one of 'buckets', 'sorted_chunks'"):
+        DataConfig(batching="sorted").validate()

@@ -84,3 +84,28 @@ def test_wall_clock_budget_stops_at_an_update_boundary():
     assert not holder.stop_training  # mid-update
     budget.on_train_batch_end(1)
     assert holder.stop_training and budget.stopped and "max_minutes" in messages[0]
+
+
+def test_first_update_heartbeat_speaks_while_waiting_and_stops_at_the_first_update():
+    import time
+
+    from tf_transformer.training.progress import FirstUpdateHeartbeat
+
+    lines = []
+    beat = FirstUpdateHeartbeat(every=0.05, log=lines.append)
+    beat.on_train_begin()
+    time.sleep(0.3)
+    beat.on_train_batch_end(0)
+    said = len(lines)
+    assert said >= 2 and all(line.startswith("train: preparing the first update") for line in lines)
+    time.sleep(0.2)
+    beat.on_train_batch_end(1)
+    beat.on_train_end()
+    assert len(lines) == said  # silent after the first update
+
+    quick = []
+    beat = FirstUpdateHeartbeat(every=5.0, log=quick.append)
+    beat.on_train_begin()
+    beat.on_train_batch_end(0)
+    beat.on_train_end()
+    assert quick == []

@@ -18,6 +18,8 @@ STRATEGIES = ("auto", "default", "mirrored", "multiworker")
 DATA_SOURCES = ("multi30k", "text", "tfds", "prepared")
 #: ``data.service_mode`` values (``tf.data.experimental.service`` processing modes).
 SERVICE_MODES = ("distributed_epoch", "parallel_epochs")
+#: ``data.batching`` values (how training batches are formed).
+BATCHING_MODES = ("buckets", "sorted_chunks")
 
 #: A file field of the data section: one path, a glob (``corpus/*.en.gz``) or a list of them.
 Paths = Union[str, list[str], None]
@@ -141,6 +143,10 @@ class DataConfig:
     tokens_per_batch: int = 4096  # at most this many source AND target slots (padding included)
     max_length: int = 100  # pairs with either side longer (in tokens, incl. BOS/EOS) dropped
     bucket_width: int = 0  # 0 = automatic (2-token buckets up to 64, then 10% wider each)
+    # training batches: "buckets" = 2-D length buckets filled pair by pair (group_by_window);
+    # "sorted_chunks" = chunks of shuffle_buffer pairs sorted by length and cut into batches
+    # by vectorised graph ops (per-batch, not per-pair, serial work: for large corpora)
+    batching: str = "buckets"
     shuffle_buffer: int = 100_000
     seed: int = 1234
     invalid_utf8: str = "error"  # or "replace" (loud: counted and reported)
@@ -195,6 +201,8 @@ class DataConfig:
                 f"{p}tokens_per_batch={self.tokens_per_batch} must be >= {p}max_length="
                 f"{self.max_length} (a batch must hold at least one pair of the longest length)"
             )
+        if self.batching not in BATCHING_MODES:
+            raise ConfigError(f"{p}batching={self.batching!r} is not one of {', '.join(map(repr, BATCHING_MODES))}")
         if self.bucket_width < 0:
             raise ConfigError(f"{p}bucket_width={self.bucket_width} must be >= 0")
         if self.vocab_input_sentence_size < 0:

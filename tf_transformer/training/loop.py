@@ -59,7 +59,7 @@ from tf_transformer.io import (
 from tf_transformer.model import count_parameters
 from tf_transformer.training import callbacks as cb
 from tf_transformer.training import rundir
-from tf_transformer.training.progress import resolve_verbose
+from tf_transformer.training.progress import FirstUpdateHeartbeat, resolve_verbose
 from tf_transformer.training.strategy import (
     TaskInfo,
     describe,
@@ -464,6 +464,8 @@ def _callbacks(run: _Run, trainer: TrainingModel, backup: cb.ResumableBackup, st
             log("train: note: the tensorboard package is not installed: no TensorBoard logs "
                 "(pip install tensorboard)")
             log_dir = None
+    if run.info.is_chief:
+        all_callbacks.append(FirstUpdateHeartbeat(log=log))
     all_callbacks.extend(extra)
     return _Callbacks(checkpoint, backup, throughput, budget, evaluator, log_dir, all_callbacks)
 

@@ -13,6 +13,7 @@ epoch with the epoch's training and validation metrics, e.g.::
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Callable, Optional
 
@@ -21,7 +22,7 @@ import numpy as np
 
 from tf_transformer.training.callbacks import current_step
 
-__all__ = ["ProgressLines", "stdout_is_terminal"]
+__all__ = ["FirstUpdateHeartbeat", "ProgressLines", "stdout_is_terminal"]
 
 
 def stdout_is_terminal(stream=None) -> bool:
@@ -98,3 +99,44 @@ def resolve_verbose(verbose, train_config, enabled: bool = True, stream=None) ->
         return 0, []
     epochs = -(-train_config.train_steps // train_config.steps_per_epoch)
     return 0, [ProgressLines(train_config.log_every_steps, train_config.train_steps, epochs)]
+
+
+class FirstUpdateHeartbeat(keras.callbacks.Callback):
+    """A line every ``every`` seconds while a ``fit`` call waits for its first update.
+
+    Before the first update the input pipeline fills its shuffle buffer (or first chunk) and
+    TensorFlow traces the training step, which on a large corpus takes tens of seconds with
+    nothing else to show; this says so instead of staying silent. Nothing is printed when the
+    first update comes within ``every`` seconds."""
+
+    def __init__(self, every: float = 5.0, log: Optional[Callable[[str], None]] = None):
+        super().__init__()
+        self.every = float(every)
+        self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        self._done = threading.Event()
+        self._thread = None
+
+    def on_train_begin(self, logs=None):
+        self._done.clear()
+        start = time.perf_counter()
+
+        def beat():
+            while not self._done.wait(self.every):
+                self.log(f"train: preparing the first update (input pipeline filling its buffers, training "
+                         f"step being traced): {time.perf_counter() - start:.0f} s")
+
+        self._thread = threading.Thread(target=beat, name="tft-first-update-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _stop(self):
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._thread is not None:
+            self._stop()
+
+    def on_train_end(self, logs=None):
+        self._stop()

@@ -7,7 +7,8 @@
 Builds the training dataset exactly as ``tft train`` does (``make_dataset(cfg.data,
 "train", tokenizer)``), times the start (config to first batch: file checks, statistics
 pass or its cache, tracing, shuffle-buffer fill), skips ``--warmup`` more batches, then
-counts real target tokens for ``--seconds``. It uses only ``load_config``, ``Tokenizer``
+counts real target tokens for ``--seconds`` (and the share of the padded slots that hold
+real tokens, per side). It uses only ``load_config``, ``Tokenizer``
 and ``make_dataset``, so it runs unchanged against older versions of the package (put
 their checkout first on ``PYTHONPATH``) for before/after comparisons. Prints one JSON line.
 """
@@ -49,10 +50,13 @@ def main(argv=None) -> int:
     for _ in range(args.warmup):
         next(it)
     t0, c0 = time.perf_counter(), time.process_time()
-    tokens = batches = 0
+    tokens = batches = src_tokens = src_slots = tgt_slots = 0
     while time.perf_counter() - t0 < args.seconds:
-        _, tgt_out = next(it)
+        (src, _), tgt_out = next(it)
         tokens += int(np.count_nonzero(tgt_out.numpy()))
+        src_tokens += int(np.count_nonzero(src.numpy()))
+        src_slots += int(np.prod(src.shape))
+        tgt_slots += int(np.prod(tgt_out.shape))
         batches += 1
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     print(json.dumps({
@@ -64,6 +68,9 @@ def main(argv=None) -> int:
         "target_tokens_per_cpu_s": round(tokens / cpu) if cpu > 0 else None,
         "cpu_per_wall": round(cpu / wall, 2),
         "batches": batches,
+        "target_tokens_per_batch": round(tokens / max(batches, 1)),
+        "slots_filled": {"source": round(src_tokens / max(src_slots, 1), 3),
+                         "target": round(tokens / max(tgt_slots, 1), 3)},
         "max_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
         "load_avg": [round(x, 1) for x in os.getloadavg()],
     }), flush=True)

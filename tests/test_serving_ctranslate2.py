@@ -138,6 +138,28 @@ def test_decoding_equals_ours(exported, tiny, sources, beam):
     assert np.max(np.abs(np.array(sa) - np.array(sb))) < 1e-4
 
 
+def test_both_translators_share_the_batching(exported, tiny, monkeypatch):
+    """Translator and CT2Translator decode through the one decode_in_batches/translate_texts
+    (tf_transformer.decoding.batches), each with its own decode_batch."""
+    from tf_transformer.decoding import batches
+
+    model, tok = tiny
+    seen = []
+    for name in ("decode_in_batches", "translate_texts"):
+        def spy(*args, _real=getattr(batches, name), _name=name, **kwargs):
+            seen.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(batches, name, spy)
+    texts = toy_sentences(5, seed=3) + [""]
+    for translator in (Translator(model, tok, beam_size=2, alpha=0.0),
+                       CT2Translator(exported, tok, beam_size=2, alpha=0.0)):
+        seen.clear()
+        outputs, _, stats = translator.translate(texts)
+        assert seen == ["translate_texts", "decode_in_batches"]
+        assert outputs[-1] == "" and all(outputs[:-1]) and stats.decoded == 5
+
+
 def test_per_sentence_length_limit(exported, tiny, sources):
     """Sources of mixed lengths in one batch, limits that bind (source length + 1): the
     sentences that run past their own limit are decoded again with it."""

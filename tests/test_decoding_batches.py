@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from tf_transformer.decoding.batches import TranslationStats, decode_in_batches, translate_texts
+from tf_transformer.decoding.batches import TranslationStats, check_decode_settings, decode_in_batches, translate_texts
+from tf_transformer.errors import UserError
 
 
 class FakeDecoder:
@@ -94,3 +95,17 @@ def test_translate_texts_encodes_non_empty_and_keeps_one_line_each():
     assert seen == [([[5, 4], [], [], [7]], print)]
     assert out == ["xx  x", "", "", "xxxx"]  # CR and LF each become a space
     assert scores == [2.0, 0.0, 0.0, 1.0] and stats == "stats"
+
+
+@pytest.mark.parametrize("setting, message", [
+    ({"beam_size": 0}, "beam_size=0: must be >= 1"),
+    ({"alpha": -0.1}, "alpha=-0.1: must be >= 0"),
+    ({"max_extra_length": -1}, "max_extra_length=-1: must be >= 0"),
+    ({"batch_size": 0}, "batch_size=0: must be >= 1"),
+])
+def test_check_decode_settings(setting, message):
+    edge = {"beam_size": 1, "alpha": 0.0, "max_extra_length": 0, "batch_size": 1}
+    check_decode_settings(**edge)  # the smallest accepted values
+    with pytest.raises(UserError) as e:
+        check_decode_settings(**{**edge, **setting})
+    assert str(e.value) == message

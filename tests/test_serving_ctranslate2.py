@@ -160,6 +160,22 @@ def test_both_translators_share_the_batching(exported, tiny, monkeypatch):
         assert outputs[-1] == "" and all(outputs[:-1]) and stats.decoded == 5
 
 
+@pytest.mark.parametrize("setting, message", [
+    ({"beam_size": 0}, "beam_size=0: must be >= 1"),
+    ({"alpha": -1.0}, "alpha=-1.0: must be >= 0"),
+    ({"max_extra_length": -2}, "max_extra_length=-2: must be >= 0"),
+    ({"batch_size": 0}, "batch_size=0: must be >= 1"),
+])
+def test_both_translators_check_settings_alike(exported, tiny, setting, message):
+    model, tok = tiny
+    for make in (lambda: Translator(model, tok, **setting), lambda: CT2Translator(exported, tok, **setting)):
+        with pytest.raises(UserError) as e:
+            make()
+        assert str(e.value) == message
+    with pytest.raises(UserError, match=r"^threads=-1: must be >= 0$"):
+        CT2Translator(exported, tok, threads=-1)
+
+
 def test_per_sentence_length_limit(exported, tiny, sources):
     """Sources of mixed lengths in one batch, limits that bind (source length + 1): the
     sentences that run past their own limit are decoded again with it."""
@@ -232,6 +248,7 @@ def test_cli_translate_errors(assets, exported, tmp_path, capsys):
         (["--engine", "ctranslate2", "--model", assets[0]], "not a directory"),
         (["--engine", "ctranslate2", "--model", str(tmp_path)], "no model.bin"),
         (["--engine", "ctranslate2", "--model", exported, "--xla"], "--xla: only for --engine tensorflow"),
+        (["--engine", "ctranslate2", "--model", exported, "--threads", "-1"], "--threads -1: must be >= 0"),
         # TensorFlow's threads are set before its first op; this process has run many
         (["--model", assets[0], "--vocab", assets[1], "--threads", "3"], "--threads 3: TensorFlow is already running"),
     ]

@@ -139,6 +139,9 @@ def import_tensorflow(threads: int = 0) -> None:
 
 #: Library words -> the flags that give them.
 MODEL_FLAGS = {"model ": "--model ", "vocabulary ": "--vocab "}
+#: The words of :func:`tf_transformer.decoding.batches.check_decode_settings` (and ``threads=``) -> flags.
+DECODE_FLAGS = {"beam_size=": "--beam ", "alpha=": "--alpha ", "max_extra_length=": "--max-extra-len ",
+                "batch_size=": "--batch-size ", "threads=": "--threads "}
 
 
 def load_model_and_vocabulary(args, cfg):
@@ -167,9 +170,10 @@ def build_ct2_translator(args, decode, vocab):
         from tf_transformer.decoding.translator import load_tokenizer
 
         tok = load_tokenizer(vocab)
-    translator = CT2Translator(args.model, tok, beam_size=decode.beam_size, alpha=decode.alpha,
-                               max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
-                               threads=args.threads)
+    with flags(DECODE_FLAGS):
+        translator = CT2Translator(args.model, tok, beam_size=decode.beam_size, alpha=decode.alpha,
+                                   max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
+                                   threads=args.threads)
     if decode.beam_size > 1 and decode.alpha > 0:
         print(f"tft {args.command}: note: CTranslate2 normalises beam scores by |Y|^beta, not by GNMT's "
               f"((5+|Y|)/6)^alpha; alpha {decode.alpha:g} is mapped to beta = alpha n/(5+n) for sources of n "

@@ -1,6 +1,7 @@
 """What every translator does around its decoder, whatever the engine: clip sources to the
 length limit, skip empty ones, decode the rest longest first in batches, put the outputs back
-in input order, and count what happened (:class:`TranslationStats`).
+in input order, and count what happened (:class:`TranslationStats`); and the checks of the
+decoding settings they take (:func:`check_decode_settings`).
 
 :class:`tf_transformer.decoding.translator.Translator` (our beam search in TensorFlow) and
 :class:`tf_transformer.serving.ctranslate2.CT2Translator` (CTranslate2) differ only in the
@@ -13,7 +14,9 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-__all__ = ["TranslationStats", "decode_in_batches", "translate_texts"]
+from tf_transformer.errors import UserError
+
+__all__ = ["TranslationStats", "check_beam_settings", "check_decode_settings", "decode_in_batches", "translate_texts"]
 
 #: ``decode_batch(rows)``: one ``(token_ids, score)`` per row of ``rows`` (non-empty id lists, no
 #: BOS/EOS), in order; pad ids (0) in ``token_ids`` are dropped by :func:`decode_in_batches`.
@@ -29,6 +32,25 @@ class TranslationStats:
     truncated: int = 0
     seconds: float = 0.0
     batches: int = 0
+
+
+def check_beam_settings(beam_size: int, alpha: float) -> None:
+    """Raise :class:`UserError` (a ``ValueError``) for a beam size below 1 or a negative
+    ``alpha`` (the beam search's early-stop bound assumes ``alpha >= 0``), naming the argument."""
+    if beam_size < 1:
+        raise UserError(f"beam_size={beam_size}: must be >= 1")
+    if alpha < 0:
+        raise UserError(f"alpha={alpha}: must be >= 0")
+
+
+def check_decode_settings(beam_size: int, alpha: float, max_extra_length: int, batch_size: int) -> None:
+    """Raise :class:`UserError` for decoding settings no search accepts (``beam_size`` and
+    ``batch_size`` >= 1, ``alpha`` and ``max_extra_length`` >= 0), naming the argument."""
+    check_beam_settings(beam_size, alpha)
+    if max_extra_length < 0:
+        raise UserError(f"max_extra_length={max_extra_length}: must be >= 0")
+    if batch_size < 1:
+        raise UserError(f"batch_size={batch_size}: must be >= 1")
 
 
 def decode_in_batches(sources: Sequence[Sequence[int]], limit: int, batch_size: int, decode_batch: DecodeBatch,

@@ -180,14 +180,7 @@ class Translator:
         from tf_transformer.model import as_transformer
 
         model = as_transformer(model)
-        if beam_size < 1:
-            raise UserError(f"beam_size={beam_size}: must be >= 1")
-        if alpha < 0:
-            raise UserError(f"alpha={alpha}: must be >= 0")
-        if max_extra_length < 0:
-            raise UserError(f"max_extra_length={max_extra_length}: must be >= 0")
-        if batch_size < 1:
-            raise UserError(f"batch_size={batch_size}: must be >= 1")
+        batches.check_decode_settings(beam_size, alpha, max_extra_length, batch_size)
         if workers < 1:
             raise UserError(f"workers={workers}: must be >= 1")
         self.workers = int(workers)

@@ -325,16 +325,9 @@ class CT2Translator:
                  max_extra_length: int = 50, batch_size: int = 64, threads: int = 0,
                  compute_type: str = "default", device: str = "cpu"):
         ctranslate2 = require_ctranslate2("--engine ctranslate2")
-        if beam_size < 1:
-            raise UserError(f"--beam {beam_size}: must be >= 1")
-        if alpha < 0:
-            raise UserError(f"--alpha {alpha}: must be >= 0")
-        if max_extra_length < 0:
-            raise UserError(f"--max-extra-len {max_extra_length}: must be >= 0")
-        if batch_size < 1:
-            raise UserError(f"--batch-size {batch_size}: must be >= 1")
+        batches.check_decode_settings(beam_size, alpha, max_extra_length, batch_size)
         if threads < 0:
-            raise UserError(f"--threads {threads}: must be >= 0")
+            raise UserError(f"threads={threads}: must be >= 0")
         info = read_export_info(model_dir)
         if tokenizer is None:
             from tf_transformer.data.tokenizer import Tokenizer

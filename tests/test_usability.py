@@ -169,6 +169,32 @@ def test_config_and_set_are_spelled_the_same_everywhere():
     assert set(seen) >= {"build-vocab", "train", "translate", "evaluate", "export", "tune", "ablate", "config"}
 
 
+def test_decode_settings_are_spelled_the_same_everywhere(capsys):
+    # --beam/--alpha/--max-extra-len of tft translate, evaluate and export come from one
+    # add_decode_settings: the same flags, types, defaults (None: the config's decode section)
+    # and help, which for export also says that the settings are baked into it
+    helps = {}
+    for name, parser in _parsers():
+        actions = {a.dest: a for a in parser._actions}
+        if "beam" not in actions or name not in ("translate", "evaluate", "export"):
+            continue
+        for dest, flag, kind in (("beam", "--beam", int), ("alpha", "--alpha", float),
+                                 ("max_extra_len", "--max-extra-len", int)):
+            action = actions[dest]
+            assert (action.option_strings, action.type, action.default) == ([flag], kind, None), (name, dest)
+            helps[name, dest] = action.help
+    for dest in ("beam", "alpha", "max_extra_len"):
+        assert helps["translate", dest] == helps["evaluate", dest]
+        assert "(default: decode." in helps["translate", dest]
+        assert helps["export", dest].replace(", baked into the export", "") == helps["translate", dest]
+    for command in ("translate", "export"):
+        text = " ".join(_help(command, capsys).split())
+        for shown in ("--beam BEAM beam size, 1 = greedy decoding", "--alpha ALPHA length penalty exponent",
+                      "--max-extra-len MAX_EXTRA_LEN output may be up to input length + this many tokens"):
+            assert shown in text, (command, shown)
+    assert "greedy decoding, baked into the export (default: decode.beam_size of the config, 4)" in text
+
+
 def test_set_with_two_values_says_how_to_repeat_it(capsys):
     from tf_transformer.cli import main
 

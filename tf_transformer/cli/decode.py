@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from tf_transformer.cli._common import add_config_arguments, flags, resolve_run
+from tf_transformer.cli._common import add_config_arguments, add_decode_settings, flags, resolve_run
 from tf_transformer.errors import UserError
 from tf_transformer.io import atomic_write
 
@@ -41,13 +41,7 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser, engines=True)
     add_config_arguments(parser, what=" whose decode (and data) sections give the defaults below (default: "
                                       "config.yaml of the model's run directory)")
-    parser.add_argument("--beam", type=int, default=None,
-                        help="beam size, 1 = greedy decoding (default: decode.beam_size of the config, 4)")
-    parser.add_argument("--alpha", type=float, default=None,
-                        help="length penalty exponent (default: decode.alpha of the config, 0.6)")
-    parser.add_argument("--max-extra-len", type=int, default=None,
-                        help="output may be up to input length + this many tokens (default: "
-                             "decode.max_extra_length of the config, 50)")
+    add_decode_settings(parser)
     parser.add_argument("--batch-size", type=int, default=None,
                         help="sentences per batch (default: decode.batch_size of the config, 64)")
     parser.add_argument("--xla", action="store_true",

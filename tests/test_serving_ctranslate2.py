@@ -10,12 +10,11 @@ import pytest
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="the [ct2] extra (ctranslate2) is not installed")
 
-from helpers.tiny_model import make_tiny_assets, toy_sentences  # noqa: E402
+from helpers.tiny_model import toy_sentences  # noqa: E402
 
 from tf_transformer.cli import main  # noqa: E402
-from tf_transformer.decoding.translator import Translator, load_tokenizer  # noqa: E402
+from tf_transformer.decoding.translator import Translator  # noqa: E402
 from tf_transformer.errors import UserError  # noqa: E402
-from tf_transformer.io import load_model  # noqa: E402
 from tf_transformer.serving.ctranslate2 import (  # noqa: E402
     EXPORT_INFO,
     CT2Translator,
@@ -23,17 +22,6 @@ from tf_transformer.serving.ctranslate2 import (  # noqa: E402
     export_ctranslate2,
     position_table,
 )
-
-
-@pytest.fixture(scope="module")
-def assets(tmp_path_factory):
-    return make_tiny_assets(tmp_path_factory.getbasetemp() / "tft_tiny_copy_model")
-
-
-@pytest.fixture(scope="module")
-def tiny(assets):
-    model = load_model(assets[0])
-    return model, load_tokenizer(assets[1], model)
 
 
 @pytest.fixture(scope="module")

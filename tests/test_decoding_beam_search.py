@@ -421,6 +421,21 @@ def test_n_best_one_same_best_in_fewer_steps(alpha):
         beam_search(markov_fn(random_table(0)), tf.constant([BOS]), {}, 6, 4, n_best=5)
 
 
+@pytest.mark.parametrize("beam, alpha, message", [(0, 0.6, "beam_size=0: must be >= 1"),
+                                                  (2, -0.5, "alpha=-0.5: must be >= 0")])
+def test_settings_are_checked_as_the_translators_check_them(beam, alpha, message):
+    # the check of tf_transformer.decoding.batches, shared with Translator and CT2Translator; a
+    # UserError, which is a ValueError
+    from tf_transformer.decoding.batches import check_decode_settings
+    from tf_transformer.errors import UserError
+
+    with pytest.raises(UserError) as e:
+        beam_search(markov_fn(random_table(0)), tf.constant([BOS]), {}, 6, beam, alpha=alpha)
+    assert isinstance(e.value, ValueError) and str(e.value) == message
+    with pytest.raises(UserError, match=f"^{message}$"):
+        check_decode_settings(beam, alpha, 50, 64)
+
+
 @pytest.mark.parametrize("beam", [1, 3])
 def test_drop_finished_same_results_and_fewer_rows(beam):
     """Removing stopped sentences from the batch changes nothing but the work: the function

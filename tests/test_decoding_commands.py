@@ -5,29 +5,19 @@ import subprocess
 import sys
 
 import pytest
-from helpers.tiny_model import make_tiny_assets, toy_sentences
+from helpers.tiny_model import toy_sentences
 
 from tf_transformer.decoding.translator import (
     ProgressBar,
     Translator,
-    load_model,
-    load_tokenizer,
     read_lines,
 )
 from tf_transformer.errors import UserError
 
 
 @pytest.fixture(scope="module")
-def assets(tmp_path_factory):
-    # shared by the decoding, evaluation and serving tests of one session (trained once)
-    return make_tiny_assets(tmp_path_factory.getbasetemp() / "tft_tiny_copy_model")
-
-
-@pytest.fixture(scope="module")
-def translator(assets):
-    model = load_model(assets[0])
-    return Translator(model, load_tokenizer(assets[1], model), beam_size=3, alpha=0.6, max_extra_length=5,
-                      batch_size=64)
+def translator(tiny):
+    return Translator(*tiny, beam_size=3, alpha=0.6, max_extra_length=5, batch_size=64)
 
 
 def test_read_lines_replaces_invalid_utf8():
@@ -60,11 +50,10 @@ def test_batch_of_64_mixed_lengths_keeps_order(translator):
         assert alone_scores[0] == pytest.approx(scores[i], abs=1e-3)
 
 
-def test_workers_decode_batches_at_once_with_the_same_results(assets):
+def test_workers_decode_batches_at_once_with_the_same_results(tiny):
     # Batches of 8 from 3 threads at once: the same outputs and scores, in input order, as
     # one batch after the other; progress counts every sentence.
-    model = load_model(assets[0])
-    tok = load_tokenizer(assets[1], model)
+    model, tok = tiny
     texts = toy_sentences(45, seed=11) + [""]
     one, many = (Translator(model, tok, beam_size=2, max_extra_length=5, batch_size=8, workers=w) for w in (1, 3))
     done = []

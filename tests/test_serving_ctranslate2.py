@@ -10,12 +10,11 @@ import pytest
 
 ctranslate2 = pytest.importorskip("ctranslate2", reason="the [ct2] extra (ctranslate2) is not installed")
 
-from helpers.tiny_model import make_tiny_assets, toy_sentences  # noqa: E402
+from helpers.tiny_model import toy_sentences  # noqa: E402
 
 from tf_transformer.cli import main  # noqa: E402
-from tf_transformer.decoding.translator import Translator, load_tokenizer  # noqa: E402
+from tf_transformer.decoding.translator import Translator  # noqa: E402
 from tf_transformer.errors import UserError  # noqa: E402
-from tf_transformer.io import load_model  # noqa: E402
 from tf_transformer.serving.ctranslate2 import (  # noqa: E402
     EXPORT_INFO,
     CT2Translator,
@@ -23,17 +22,6 @@ from tf_transformer.serving.ctranslate2 import (  # noqa: E402
     export_ctranslate2,
     position_table,
 )
-
-
-@pytest.fixture(scope="module")
-def assets(tmp_path_factory):
-    return make_tiny_assets(tmp_path_factory.getbasetemp() / "tft_tiny_copy_model")
-
-
-@pytest.fixture(scope="module")
-def tiny(assets):
-    model = load_model(assets[0])
-    return model, load_tokenizer(assets[1], model)
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +126,44 @@ def test_decoding_equals_ours(exported, tiny, sources, beam):
     assert np.max(np.abs(np.array(sa) - np.array(sb))) < 1e-4
 
 
+def test_both_translators_share_the_batching(exported, tiny, monkeypatch):
+    """Translator and CT2Translator decode through the one decode_in_batches/translate_texts
+    (tf_transformer.decoding.batches), each with its own decode_batch."""
+    from tf_transformer.decoding import batches
+
+    model, tok = tiny
+    seen = []
+    for name in ("decode_in_batches", "translate_texts"):
+        def spy(*args, _real=getattr(batches, name), _name=name, **kwargs):
+            seen.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(batches, name, spy)
+    texts = toy_sentences(5, seed=3) + [""]
+    for translator in (Translator(model, tok, beam_size=2, alpha=0.0),
+                       CT2Translator(exported, tok, beam_size=2, alpha=0.0)):
+        seen.clear()
+        outputs, _, stats = translator.translate(texts)
+        assert seen == ["translate_texts", "decode_in_batches"]
+        assert outputs[-1] == "" and all(outputs[:-1]) and stats.decoded == 5
+
+
+@pytest.mark.parametrize("setting, message", [
+    ({"beam_size": 0}, "beam_size=0: must be >= 1"),
+    ({"alpha": -1.0}, "alpha=-1.0: must be >= 0"),
+    ({"max_extra_length": -2}, "max_extra_length=-2: must be >= 0"),
+    ({"batch_size": 0}, "batch_size=0: must be >= 1"),
+])
+def test_both_translators_check_settings_alike(exported, tiny, setting, message):
+    model, tok = tiny
+    for make in (lambda: Translator(model, tok, **setting), lambda: CT2Translator(exported, tok, **setting)):
+        with pytest.raises(UserError) as e:
+            make()
+        assert str(e.value) == message
+    with pytest.raises(UserError, match=r"^threads=-1: must be >= 0$"):
+        CT2Translator(exported, tok, threads=-1)
+
+
 def test_per_sentence_length_limit(exported, tiny, sources):
     """Sources of mixed lengths in one batch, limits that bind (source length + 1): the
     sentences that run past their own limit are decoded again with it."""
@@ -210,6 +236,7 @@ def test_cli_translate_errors(assets, exported, tmp_path, capsys):
         (["--engine", "ctranslate2", "--model", assets[0]], "not a directory"),
         (["--engine", "ctranslate2", "--model", str(tmp_path)], "no model.bin"),
         (["--engine", "ctranslate2", "--model", exported, "--xla"], "--xla: only for --engine tensorflow"),
+        (["--engine", "ctranslate2", "--model", exported, "--threads", "-1"], "--threads -1: must be >= 0"),
         # TensorFlow's threads are set before its first op; this process has run many
         (["--model", assets[0], "--vocab", assets[1], "--threads", "3"], "--threads 3: TensorFlow is already running"),
     ]

@@ -7,13 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers.tiny_model import make_tiny_assets
-
-
-@pytest.fixture(scope="module")
-def assets(tmp_path_factory):
-    return make_tiny_assets(tmp_path_factory.getbasetemp() / "tft_tiny_copy_model")
-
+from helpers.tiny_model import load_tiny
 
 # -- Broken before -------------------------------------------------------------------------------
 
@@ -63,11 +57,10 @@ def test_params_unknown_preset_is_one_line(capsys):
 
 
 def test_translator_accepts_the_tuners_training_model(assets):
-    from tf_transformer.decoding.translator import Translator, load_model, load_tokenizer
+    from tf_transformer.decoding.translator import Translator, load_tokenizer
     from tf_transformer.training.trainer import TrainingModel
 
-    model = load_model(assets[0])
-    tok = load_tokenizer(assets[1], model)
+    model, tok = load_tiny(assets)
     wrapped = TrainingModel(model)  # what TransformerHyperModel's get_best_models() returns
     texts = ["a dog runs in the park.", "the girl plays."]
     direct = Translator(model, tok, beam_size=2).translate(texts)[0]
@@ -92,10 +85,8 @@ def test_scores_are_what_the_help_says(assets, tmp_path, capsys):
     """--scores: greedy prints the total log-probability, beam search log P / ((5+|Y|)/6)^alpha
     (|Y| counting EOS), as ``tft translate --help`` says."""
     from tf_transformer.cli import main
-    from tf_transformer.decoding.translator import load_model, load_tokenizer
 
-    model = load_model(assets[0])
-    tok = load_tokenizer(assets[1], model)
+    model, tok = load_tiny(assets)
     src = tmp_path / "in.txt"
     src.write_text("a dog runs in the park.\nthe girl plays with a red ball.\n")
     for beam, alpha in ((1, 0.6), (3, 0.6), (3, 0.0)):
@@ -167,6 +158,32 @@ def test_config_and_set_are_spelled_the_same_everywhere():
             assert actions["overrides"].option_strings == ["--set"] and actions["overrides"].nargs is None, name
         assert "base_config" not in actions and "beam_size" not in actions, name
     assert set(seen) >= {"build-vocab", "train", "translate", "evaluate", "export", "tune", "ablate", "config"}
+
+
+def test_decode_settings_are_spelled_the_same_everywhere(capsys):
+    # --beam/--alpha/--max-extra-len of tft translate, evaluate and export come from one
+    # add_decode_settings: the same flags, types, defaults (None: the config's decode section)
+    # and help, which for export also says that the settings are baked into it
+    helps = {}
+    for name, parser in _parsers():
+        actions = {a.dest: a for a in parser._actions}
+        if "beam" not in actions or name not in ("translate", "evaluate", "export"):
+            continue
+        for dest, flag, kind in (("beam", "--beam", int), ("alpha", "--alpha", float),
+                                 ("max_extra_len", "--max-extra-len", int)):
+            action = actions[dest]
+            assert (action.option_strings, action.type, action.default) == ([flag], kind, None), (name, dest)
+            helps[name, dest] = action.help
+    for dest in ("beam", "alpha", "max_extra_len"):
+        assert helps["translate", dest] == helps["evaluate", dest]
+        assert "(default: decode." in helps["translate", dest]
+        assert helps["export", dest].replace(", baked into the export", "") == helps["translate", dest]
+    for command in ("translate", "export"):
+        text = " ".join(_help(command, capsys).split())
+        for shown in ("--beam BEAM beam size, 1 = greedy decoding", "--alpha ALPHA length penalty exponent",
+                      "--max-extra-len MAX_EXTRA_LEN output may be up to input length + this many tokens"):
+            assert shown in text, (command, shown)
+    assert "greedy decoding, baked into the export (default: decode.beam_size of the config, 4)" in text
 
 
 def test_set_with_two_values_says_how_to_repeat_it(capsys):
@@ -467,10 +484,9 @@ def test_make_optimizer_keyword_arguments():
 
 
 def test_model_translate_is_the_translator(assets):
-    from tf_transformer.decoding.translator import Translator, load_model, load_tokenizer
+    from tf_transformer.decoding.translator import Translator
 
-    model = load_model(assets[0])
-    tok = load_tokenizer(assets[1], model)
+    model, tok = load_tiny(assets)
     texts = ["a dog runs in the park.", "", "the girl plays."]
     expected = Translator(model, tok, beam_size=2).translate(texts)[0]
     assert model.translate(texts, tok, beam_size=2) == expected

@@ -6,6 +6,10 @@ with d_model 32, trained for a few seconds to *copy* its input) and returns thei
 Its "translations" are imperfect copies of varied lengths: enough to exercise batching,
 EOS handling, length limits, BLEU and export with real, non-trivial outputs. Files
 already in ``directory`` are reused, so a test session trains it once.
+
+tests/conftest.py makes :func:`session_tiny_assets` and :func:`load_tiny` the fixtures
+``assets`` (``(model_path, vocab_path)``) and ``tiny`` (``(model, tokenizer)``) of every test
+module. This module does not import pytest (tools/bench/decode_throughput.py --tiny uses it).
 """
 
 from __future__ import annotations
@@ -73,3 +77,23 @@ def make_tiny_assets(directory, vocab_size: int = 48, d_model: int = 32, max_len
     os.replace(tmp_model, model_path)
     return str(model_path), str(vocab_path)
 
+
+
+#: The session's copy, in pytest's base temporary directory: every test module that asks shares it.
+SESSION_DIR = "tft_tiny_copy_model"
+
+
+def session_tiny_assets(tmp_path_factory):
+    """:func:`make_tiny_assets` of the test session (trained by the first module that asks);
+    ``tmp_path_factory``: pytest's fixture. Returns ``(model_path, vocab_path)``."""
+    return make_tiny_assets(tmp_path_factory.getbasetemp() / SESSION_DIR)
+
+
+def load_tiny(assets):
+    """``(model, tokenizer)`` from the paths :func:`make_tiny_assets` returns, the tokenizer
+    checked against the model."""
+    from tf_transformer.decoding.translator import load_tokenizer
+    from tf_transformer.io import load_model
+
+    model = load_model(assets[0])
+    return model, load_tokenizer(assets[1], model)

@@ -68,6 +68,22 @@ def add_config_arguments(parser: argparse.ArgumentParser, *, required: bool = Fa
                         help=SET_HELP)
 
 
+def add_decode_settings(parser: argparse.ArgumentParser, *, baked_into: str = "") -> None:
+    """``--beam``, ``--alpha`` and ``--max-extra-len``, the same in every command that decodes or
+    exports; each defaults to ``None``: the ``decode`` section of ``--config`` gives it
+    (``decode_settings`` in :mod:`tf_transformer.cli.decode`). ``baked_into``: what the settings
+    are written into instead of being used at once (``tft export``: "the export"), said in
+    each option's help."""
+    baked = f", baked into {baked_into}" if baked_into else ""
+    parser.add_argument("--beam", type=int, default=None,
+                        help=f"beam size, 1 = greedy decoding{baked} (default: decode.beam_size of the config, 4)")
+    parser.add_argument("--alpha", type=float, default=None,
+                        help=f"length penalty exponent{baked} (default: decode.alpha of the config, 0.6)")
+    parser.add_argument("--max-extra-len", type=int, default=None,
+                        help=f"output may be up to input length + this many tokens{baked} (default: "
+                             "decode.max_extra_length of the config, 50)")
+
+
 def _role(match) -> str:
     target = match.group(1)
     return target[1:].rsplit(".", 1)[-1] if target.startswith("~") else target

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from tf_transformer.cli._common import add_config_arguments, flags, resolve_run
+from tf_transformer.cli._common import add_config_arguments, add_decode_settings, flags, resolve_run
 from tf_transformer.errors import UserError
 from tf_transformer.io import atomic_write
 
@@ -41,13 +41,7 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser, engines=True)
     add_config_arguments(parser, what=" whose decode (and data) sections give the defaults below (default: "
                                       "config.yaml of the model's run directory)")
-    parser.add_argument("--beam", type=int, default=None,
-                        help="beam size, 1 = greedy decoding (default: decode.beam_size of the config, 4)")
-    parser.add_argument("--alpha", type=float, default=None,
-                        help="length penalty exponent (default: decode.alpha of the config, 0.6)")
-    parser.add_argument("--max-extra-len", type=int, default=None,
-                        help="output may be up to input length + this many tokens (default: "
-                             "decode.max_extra_length of the config, 50)")
+    add_decode_settings(parser)
     parser.add_argument("--batch-size", type=int, default=None,
                         help="sentences per batch (default: decode.batch_size of the config, 64)")
     parser.add_argument("--xla", action="store_true",
@@ -139,6 +133,9 @@ def import_tensorflow(threads: int = 0) -> None:
 
 #: Library words -> the flags that give them.
 MODEL_FLAGS = {"model ": "--model ", "vocabulary ": "--vocab "}
+#: The words of :func:`tf_transformer.decoding.batches.check_decode_settings` (and ``threads=``) -> flags.
+DECODE_FLAGS = {"beam_size=": "--beam ", "alpha=": "--alpha ", "max_extra_length=": "--max-extra-len ",
+                "batch_size=": "--batch-size ", "threads=": "--threads "}
 
 
 def load_model_and_vocabulary(args, cfg):
@@ -167,9 +164,10 @@ def build_ct2_translator(args, decode, vocab):
         from tf_transformer.decoding.translator import load_tokenizer
 
         tok = load_tokenizer(vocab)
-    translator = CT2Translator(args.model, tok, beam_size=decode.beam_size, alpha=decode.alpha,
-                               max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
-                               threads=args.threads)
+    with flags(DECODE_FLAGS):
+        translator = CT2Translator(args.model, tok, beam_size=decode.beam_size, alpha=decode.alpha,
+                                   max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
+                                   threads=args.threads)
     if decode.beam_size > 1 and decode.alpha > 0:
         print(f"tft {args.command}: note: CTranslate2 normalises beam scores by |Y|^beta, not by GNMT's "
               f"((5+|Y|)/6)^alpha; alpha {decode.alpha:g} is mapped to beta = alpha n/(5+n) for sources of n "

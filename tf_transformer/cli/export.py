@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 
-from tf_transformer.cli._common import add_config_arguments
+from tf_transformer.cli._common import add_config_arguments, add_decode_settings
 from tf_transformer.cli.decode import add_model_arguments
 from tf_transformer.errors import UserError
 
@@ -36,12 +36,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", type=int, default=1, help="version sub-directory")
     add_config_arguments(parser, what=" whose decode section gives the defaults below (default: config.yaml of the "
                                       "model's run directory)")
-    parser.add_argument("--beam", type=int, default=None,
-                        help="beam size baked into the graph (default: decode.beam_size of the config, 4)")
-    parser.add_argument("--alpha", type=float, default=None,
-                        help="length penalty (default: decode.alpha of the config, 0.6)")
-    parser.add_argument("--max-extra-len", type=int, default=None,
-                        help="output length limit: input length + this (default: decode.max_extra_length, 50)")
+    add_decode_settings(parser, baked_into="the export")
     parser.add_argument("--force", action="store_true",
                         help="replace an existing version directory (ctranslate2: the output directory)")
     parser.set_defaults(batch_size=None)

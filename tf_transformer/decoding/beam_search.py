@@ -65,6 +65,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from tf_transformer.decoding.batches import check_beam_settings
+
 __all__ = ["beam_search", "length_penalty"]
 
 SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, Any], tuple[tf.Tensor, Any]]
@@ -228,12 +230,9 @@ def beam_search(
       sentence before ``beam`` hypotheses were finalised: the empty slots come last with
       score ``-inf`` (the filled ones are the exact top of the search).
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_size={beam_size} must be >= 1")
+    check_beam_settings(beam_size, alpha)
     if vocab_size < 2:
         raise ValueError(f"vocab_size={vocab_size} must be >= 2")
-    if alpha < 0:
-        raise ValueError(f"alpha={alpha} must be >= 0 (the early-stop bound assumes it)")
     K = int(beam_size)
     V = int(vocab_size)
     n_best = K if n_best is None else int(n_best)

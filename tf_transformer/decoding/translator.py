@@ -14,28 +14,18 @@ Rules for awkward input (also in ``tft translate --help``):
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 
+from tf_transformer.decoding import batches
+from tf_transformer.decoding.batches import TranslationStats
 from tf_transformer.errors import UserError
 from tf_transformer.io import load_model  # noqa: F401 (its home before tf_transformer.io)
 
 __all__ = ["ProgressBar", "TranslationStats", "Translator", "load_model", "load_tokenizer", "read_lines",
            "set_cpu_threads", "translate"]
-
-
-@dataclasses.dataclass
-class TranslationStats:
-    sentences: int = 0
-    decoded: int = 0  # non-empty sentences that went through the model
-    source_tokens: int = 0
-    output_tokens: int = 0
-    truncated: int = 0
-    seconds: float = 0.0
-    batches: int = 0
 
 
 class ProgressBar:
@@ -190,14 +180,7 @@ class Translator:
         from tf_transformer.model import as_transformer
 
         model = as_transformer(model)
-        if beam_size < 1:
-            raise UserError(f"beam_size={beam_size}: must be >= 1")
-        if alpha < 0:
-            raise UserError(f"alpha={alpha}: must be >= 0")
-        if max_extra_length < 0:
-            raise UserError(f"max_extra_length={max_extra_length}: must be >= 0")
-        if batch_size < 1:
-            raise UserError(f"batch_size={batch_size}: must be >= 1")
+        batches.check_decode_settings(beam_size, alpha, max_extra_length, batch_size)
         if workers < 1:
             raise UserError(f"workers={workers}: must be >= 1")
         self.workers = int(workers)
@@ -229,82 +212,28 @@ class Translator:
     def translate_ids(self, sources: Sequence[Sequence[int]], progress: Callable[[int], None] | None = None
                       ) -> tuple[list[list[int]], list[float], TranslationStats]:
         """Decode subword-id sources (no BOS/EOS). Returns ``(outputs, scores, stats)`` in
-        input order; outputs have no BOS/EOS/pad. Empty sources give ``[]`` (score 0)."""
+        input order; outputs have no BOS/EOS/pad. Empty sources give ``[]`` (score 0)
+        (:func:`tf_transformer.decoding.batches.decode_in_batches`)."""
+        return batches.decode_in_batches(sources, self.limit, self.batch_size, self._decode_rows, progress=progress,
+                                 workers=self.workers)
+
+    def _decode_rows(self, rows: list[list[int]]) -> list[tuple]:
+        """One batch: ``rows`` padded to a common width (bucketed under XLA), decoded by the graph."""
         import numpy as np
 
-        stats = TranslationStats(sentences=len(sources))
-        start = time.time()
-        clipped = []
-        for ids in sources:
-            if len(ids) > self.limit:
-                stats.truncated += 1
-                ids = ids[: self.limit]
-            clipped.append(list(ids))
-        outputs: list[list[int]] = [[] for _ in clipped]
-        scores: list[float] = [0.0] * len(clipped)
-        todo = [i for i, ids in enumerate(clipped) if ids]
-        skipped = len(clipped) - len(todo)
-        if progress and skipped:
-            progress(skipped)
-        # Longest first: a batch that does not fit in memory fails at once, not at the end.
-        todo.sort(key=lambda i: -len(clipped[i]))
-        batches = []
-        for b in range(0, len(todo), self.batch_size):
-            idx = todo[b: b + self.batch_size]
-            width = max(len(clipped[i]) for i in idx)
-            width = min(-(-width // self._bucket) * self._bucket, self.limit)
-            batch = np.zeros((len(idx), width), np.int32)
-            for row, i in enumerate(idx):
-                batch[row, : len(clipped[i])] = clipped[i]
-            batches.append((idx, batch))
-
-        def decode(item):
-            ids, sc = self._decode(item[1])
-            return item[0], ids.numpy(), sc.numpy()
-
-        pool = None
-        if self.workers > 1 and len(batches) > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            pool = ThreadPoolExecutor(min(self.workers, len(batches)))
-        try:
-            for idx, ids, sc in (pool.map(decode, batches) if pool else map(decode, batches)):
-                self._collect(idx, ids, sc, clipped, outputs, scores, stats)
-                if progress:
-                    progress(len(idx))
-        finally:
-            if pool:
-                pool.shutdown(cancel_futures=True)
-        stats.seconds = time.time() - start
-        return outputs, scores, stats
-
-    @staticmethod
-    def _collect(idx, ids, sc, clipped, outputs, scores, stats) -> None:
-        """Put one decoded batch's rows back at their sentences' places."""
-        for row, i in enumerate(idx):
-            out = [int(t) for t in ids[row] if t != 0]
-            outputs[i] = out
-            scores[i] = float(sc[row])
-            stats.output_tokens += len(out)
-            stats.source_tokens += len(clipped[i])
-        stats.batches += 1
-        stats.decoded += len(idx)
+        width = max(len(r) for r in rows)
+        width = min(-(-width // self._bucket) * self._bucket, self.limit)
+        batch = np.zeros((len(rows), width), np.int32)
+        for row, ids in enumerate(rows):
+            batch[row, : len(ids)] = ids
+        ids, scores = self._decode(batch)
+        return list(zip(ids.numpy(), scores.numpy()))
 
     def translate(self, texts: Sequence[str], progress: Callable[[int], None] | None = None
                   ) -> tuple[list[str], list[float], TranslationStats]:
-        """Translate detokenized sentences; returns ``(translations, scores, stats)``."""
-        texts = list(texts)
-        nonempty = [i for i, t in enumerate(texts) if t.strip()]
-        encoded = self.tokenizer.encode([texts[i] for i in nonempty]) if nonempty else []
-        sources: list[list[int]] = [[] for _ in texts]
-        for i, ids in zip(nonempty, encoded):
-            sources[i] = ids
-        outputs, scores, stats = self.translate_ids(sources, progress=progress)
-        decoded = self.tokenizer.decode(outputs) if outputs else []
-        result = []
-        for i, text in enumerate(decoded):
-            result.append(text.replace("\r", " ").replace("\n", " ") if sources[i] else "")
-        return result, scores, stats
+        """Translate detokenized sentences; returns ``(translations, scores, stats)``
+        (:func:`tf_transformer.decoding.batches.translate_texts`)."""
+        return batches.translate_texts(texts, self.tokenizer, self.translate_ids, progress=progress)
 
 
 def translate(model, texts: Sequence[str] | str, tokenizer, beam_size: int = 4, alpha: float = 0.6,

@@ -57,6 +57,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from tf_transformer.decoding import batches
+from tf_transformer.decoding.batches import TranslationStats
 from tf_transformer.errors import UserError
 from tf_transformer.io import atomic_path, check_writable
 
@@ -294,14 +296,7 @@ def ct2_length_penalty(alpha: float, expected_length: float) -> float:
 
 
 @dataclasses.dataclass
-class _Stats:  # the fields of tf_transformer.decoding.translator.TranslationStats
-    sentences: int = 0
-    decoded: int = 0
-    source_tokens: int = 0
-    output_tokens: int = 0
-    truncated: int = 0
-    seconds: float = 0.0
-    batches: int = 0
+class _Stats(TranslationStats):
     redecoded: int = 0  # sentences decoded again alone because they ran past their own limit
 
 
@@ -330,16 +325,9 @@ class CT2Translator:
                  max_extra_length: int = 50, batch_size: int = 64, threads: int = 0,
                  compute_type: str = "default", device: str = "cpu"):
         ctranslate2 = require_ctranslate2("--engine ctranslate2")
-        if beam_size < 1:
-            raise UserError(f"--beam {beam_size}: must be >= 1")
-        if alpha < 0:
-            raise UserError(f"--alpha {alpha}: must be >= 0")
-        if max_extra_length < 0:
-            raise UserError(f"--max-extra-len {max_extra_length}: must be >= 0")
-        if batch_size < 1:
-            raise UserError(f"--batch-size {batch_size}: must be >= 1")
+        batches.check_decode_settings(beam_size, alpha, max_extra_length, batch_size)
         if threads < 0:
-            raise UserError(f"--threads {threads}: must be >= 0")
+            raise UserError(f"threads={threads}: must be >= 0")
         info = read_export_info(model_dir)
         if tokenizer is None:
             from tf_transformer.data.tokenizer import Tokenizer
@@ -388,50 +376,19 @@ class CT2Translator:
                 (r,) = self.engine.translate_batch([toks], **self._options(len(s), limit))
                 ids = [self.piece_ids.get(p, 1) for p in r.hypotheses[0]]
                 score = float(r.scores[0]) if r.scores else 0.0
-            out.append(([i for i in ids if i != 0], score))
+            out.append((ids, score))
         return out
 
     def translate_ids(self, sources: Sequence[Sequence[int]], progress: Callable[[int], None] | None = None):
-        """As :meth:`tf_transformer.decoding.translator.Translator.translate_ids`."""
-        self.stats = stats = _Stats(sentences=len(sources))
-        start = time.time()
-        clipped = []
-        for ids in sources:
-            if len(ids) > self.limit:
-                stats.truncated += 1
-                ids = ids[: self.limit]
-            clipped.append(list(ids))
-        outputs: list[list[int]] = [[] for _ in clipped]
-        scores: list[float] = [0.0] * len(clipped)
-        todo = [i for i, ids in enumerate(clipped) if ids]
-        if progress and len(clipped) - len(todo):
-            progress(len(clipped) - len(todo))
-        todo.sort(key=lambda i: -len(clipped[i]))
-        for b in range(0, len(todo), self.batch_size):
-            idx = todo[b: b + self.batch_size]
-            for i, (out, score) in zip(idx, self._decode([clipped[i] for i in idx])):
-                outputs[i], scores[i] = out, score
-                stats.output_tokens += len(out)
-                stats.source_tokens += len(clipped[i])
-            stats.batches += 1
-            stats.decoded += len(idx)
-            if progress:
-                progress(len(idx))
-        stats.seconds = time.time() - start
-        return outputs, scores, stats
+        """As :meth:`tf_transformer.decoding.translator.Translator.translate_ids`; ``stats`` also
+        counts ``redecoded`` (see the module's notes on the per-sentence length limit)."""
+        self.stats = _Stats()
+        return batches.decode_in_batches(sources, self.limit, self.batch_size, self._decode, progress=progress,
+                                 stats=self.stats)
 
     def translate(self, texts: Sequence[str], progress: Callable[[int], None] | None = None):
         """As :meth:`tf_transformer.decoding.translator.Translator.translate`."""
-        texts = list(texts)
-        nonempty = [i for i, t in enumerate(texts) if t.strip()]
-        encoded = self.tokenizer.encode([texts[i] for i in nonempty]) if nonempty else []
-        sources: list[list[int]] = [[] for _ in texts]
-        for i, ids in zip(nonempty, encoded):
-            sources[i] = ids
-        outputs, scores, stats = self.translate_ids(sources, progress=progress)
-        decoded = self.tokenizer.decode(outputs) if outputs else []
-        return ([t.replace("\r", " ").replace("\n", " ") if sources[i] else "" for i, t in enumerate(decoded)],
-                scores, stats)
+        return batches.translate_texts(texts, self.tokenizer, self.translate_ids, progress=progress)
 
     def score_ids(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]) -> list[list[float]]:
         """Per-token log-probabilities of ``targets`` (no BOS/EOS; EOS is scored last) given

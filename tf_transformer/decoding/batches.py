@@ -1,0 +1,130 @@
+"""What every translator does around its decoder, whatever the engine: clip sources to the
+length limit, skip empty ones, decode the rest longest first in batches, put the outputs back
+in input order, and count what happened (:class:`TranslationStats`); and the checks of the
+decoding settings they take (:func:`check_decode_settings`).
+
+:class:`tf_transformer.decoding.translator.Translator` (our beam search in TensorFlow) and
+:class:`tf_transformer.serving.ctranslate2.CT2Translator` (CTranslate2) differ only in the
+``decode_batch`` they give :func:`decode_in_batches`. Nothing here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from tf_transformer.errors import UserError
+
+__all__ = ["TranslationStats", "check_beam_settings", "check_decode_settings", "decode_in_batches", "translate_texts"]
+
+#: ``decode_batch(rows)``: one ``(token_ids, score)`` per row of ``rows`` (non-empty id lists, no
+#: BOS/EOS), in order; pad ids (0) in ``token_ids`` are dropped by :func:`decode_in_batches`.
+DecodeBatch = Callable[[list[list[int]]], Iterable[tuple[Iterable[int], float]]]
+
+
+@dataclasses.dataclass
+class TranslationStats:
+    sentences: int = 0
+    decoded: int = 0  # non-empty sentences that went through the model
+    source_tokens: int = 0
+    output_tokens: int = 0
+    truncated: int = 0
+    seconds: float = 0.0
+    batches: int = 0
+
+
+def check_beam_settings(beam_size: int, alpha: float) -> None:
+    """Raise :class:`UserError` (a ``ValueError``) for a beam size below 1 or a negative
+    ``alpha`` (the beam search's early-stop bound assumes ``alpha >= 0``), naming the argument."""
+    if beam_size < 1:
+        raise UserError(f"beam_size={beam_size}: must be >= 1")
+    if alpha < 0:
+        raise UserError(f"alpha={alpha}: must be >= 0")
+
+
+def check_decode_settings(beam_size: int, alpha: float, max_extra_length: int, batch_size: int) -> None:
+    """Raise :class:`UserError` for decoding settings no search accepts (``beam_size`` and
+    ``batch_size`` >= 1, ``alpha`` and ``max_extra_length`` >= 0), naming the argument."""
+    check_beam_settings(beam_size, alpha)
+    if max_extra_length < 0:
+        raise UserError(f"max_extra_length={max_extra_length}: must be >= 0")
+    if batch_size < 1:
+        raise UserError(f"batch_size={batch_size}: must be >= 1")
+
+
+def decode_in_batches(sources: Sequence[Sequence[int]], limit: int, batch_size: int, decode_batch: DecodeBatch,
+                      progress: Callable[[int], None] | None = None, stats: TranslationStats | None = None,
+                      workers: int = 1) -> tuple[list[list[int]], list[float], TranslationStats]:
+    """Decode subword-id ``sources`` (no BOS/EOS) with ``decode_batch``; returns ``(outputs,
+    scores, stats)`` in input order.
+
+    A source longer than ``limit`` is cut to its first ``limit`` ids (``stats.truncated``); an
+    empty one gives ``[]`` with score 0 and is not decoded. The rest go to ``decode_batch`` in
+    batches of up to ``batch_size``, longest first (a batch that does not fit in memory fails
+    at once, not at the end). ``progress(n)`` is called with the number of empty sources, then
+    once per batch with its size. ``workers > 1`` decodes that many batches at once, each from
+    its own thread (for a ``decode_batch`` that releases the GIL); the results are collected
+    in batch order, so they do not depend on ``workers``. ``stats``: the object to fill
+    (e.g. a subclass with fields of the engine's own); default a new :class:`TranslationStats`.
+    """
+    stats = TranslationStats() if stats is None else stats
+    stats.sentences = len(sources)
+    start = time.time()
+    clipped = []
+    for ids in sources:
+        if len(ids) > limit:
+            stats.truncated += 1
+            ids = ids[:limit]
+        clipped.append(list(ids))
+    outputs: list[list[int]] = [[] for _ in clipped]
+    scores: list[float] = [0.0] * len(clipped)
+    todo = [i for i, ids in enumerate(clipped) if ids]
+    skipped = len(clipped) - len(todo)
+    if progress and skipped:
+        progress(skipped)
+    todo.sort(key=lambda i: -len(clipped[i]))
+    batches = [todo[b: b + batch_size] for b in range(0, len(todo), batch_size)]
+
+    def decode(idx):
+        return idx, list(decode_batch([clipped[i] for i in idx]))
+
+    pool = None
+    if workers > 1 and len(batches) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(min(workers, len(batches)))
+    try:
+        for idx, rows in (pool.map(decode, batches) if pool else map(decode, batches)):
+            for i, (ids, score) in zip(idx, rows):
+                out = [int(t) for t in ids if t != 0]
+                outputs[i] = out
+                scores[i] = float(score)
+                stats.output_tokens += len(out)
+                stats.source_tokens += len(clipped[i])
+            stats.batches += 1
+            stats.decoded += len(idx)
+            if progress:
+                progress(len(idx))
+    finally:
+        if pool:
+            pool.shutdown(cancel_futures=True)
+    stats.seconds = time.time() - start
+    return outputs, scores, stats
+
+
+def translate_texts(texts: Sequence[str], tokenizer, translate_ids, progress: Callable[[int], None] | None = None):
+    """Translate detokenized ``texts`` with ``translate_ids(sources, progress=...)`` (a
+    translator's) and ``tokenizer``'s ``encode``/``decode``; returns ``(translations, scores,
+    stats)``. Empty or whitespace-only texts are not encoded and give ``""``; a translation has
+    no CR or LF (each becomes a space), so one input line gives one output line."""
+    texts = list(texts)
+    nonempty = [i for i, t in enumerate(texts) if t.strip()]
+    encoded = tokenizer.encode([texts[i] for i in nonempty]) if nonempty else []
+    sources: list[list[int]] = [[] for _ in texts]
+    for i, ids in zip(nonempty, encoded):
+        sources[i] = ids
+    outputs, scores, stats = translate_ids(sources, progress=progress)
+    decoded = tokenizer.decode(outputs) if outputs else []
+    result = [text.replace("\r", " ").replace("\n", " ") if sources[i] else "" for i, text in enumerate(decoded)]
+    return result, scores, stats

@@ -480,6 +480,8 @@ def _pipeline(cfg, split, tokenizer, budget, training, repeat, seed, shards, shu
     rows_t = tf.constant(rows, tf.int64)
     max_length = cfg.max_length
 
+    sorted_chunks = training and cfg.batching == "sorted_chunks"
+
     def filter_and_key(s, t):
         s_len = tf.cast(s.row_lengths(), tf.int64)
         t_len = tf.cast(t.row_lengths(), tf.int64) - 1  # length of BOS+y and of y+EOS
@@ -488,6 +490,8 @@ def _pipeline(cfg, split, tokenizer, budget, training, repeat, seed, shards, shu
         t = tf.ragged.boolean_mask(t, keep)
         s_len = tf.boolean_mask(s_len, keep)
         t_len = tf.boolean_mask(t_len, keep)
+        if sorted_chunks:  # keyed per chunk, by _sorted_chunks
+            return s, t
         if training:  # 2-D buckets: (source length, target length)
             s_bucket = tf.searchsorted(bounds_t, s_len, side="left", out_type=tf.int64)
             t_bucket = tf.searchsorted(bounds_t, t_len, side="left", out_type=tf.int64)
@@ -496,9 +500,8 @@ def _pipeline(cfg, split, tokenizer, budget, training, repeat, seed, shards, shu
         return s, t, tf.searchsorted(bounds_t, tf.maximum(s_len, t_len), side="left", out_type=tf.int64)
 
     ds = ds.map(filter_and_key, num_parallel_calls=tf.data.AUTOTUNE)
-    if training and cfg.batching == "sorted_chunks":
-        ds = _sorted_chunks(ds.map(lambda s, t, k: (s, t)), bounds, budget, shuffle_buffer, own_seed,
-                            cfg.cache, repeat, max_length)
+    if sorted_chunks:
+        ds = _sorted_chunks(ds, bounds, budget, shuffle_buffer, own_seed, cfg.cache, repeat, max_length)
         return ds.map(_split_target, num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.unbatch()
     if cfg.cache:

@@ -86,6 +86,35 @@ def test_wall_clock_budget_stops_at_an_update_boundary():
     assert holder.stop_training and budget.stopped and "max_minutes" in messages[0]
 
 
+def test_heartbeat_speaks_only_after_silence_names_the_phase_and_stops_when_paused():
+    import time
+
+    from tf_transformer.io import Heartbeat
+
+    lines = []
+    beat = Heartbeat("train", log=lines.append, every=0.1)
+    beat.phase("building the model")
+    time.sleep(0.35)  # about 3 lines of silence
+    building = list(lines)
+    assert 2 <= len(building) <= 4 and all(line.startswith("train: building the model: ") for line in building)
+    for _ in range(6):  # output every 0.05 s keeps it quiet
+        beat.say("update line")
+        time.sleep(0.05)
+    assert lines[len(building):] == ["update line"] * 6
+    beat.phase("tracing")
+    time.sleep(0.2)
+    assert any(line.startswith("train: tracing: ") for line in lines[len(building) + 6:])
+    beat.pause()
+    said = len(lines)
+    time.sleep(0.3)
+    assert len(lines) == said  # paused: silent
+    beat.close()
+    beat.phase("again")  # a phase after close starts a new thread
+    time.sleep(0.25)
+    beat.close()
+    assert lines[-1].startswith("train: again: ")
+
+
 def test_first_update_heartbeat_speaks_while_waiting_and_stops_at_the_first_update():
     import time
 

@@ -8,6 +8,7 @@ intact and never a half-written one (:func:`remove_stale_partials` clears the le
 killed writes on the next start). An ``OSError`` while writing becomes a one-line
 :class:`~tf_transformer.errors.WriteError` naming the path and the errno. Files read back
 are checked: :func:`check_complete` (truncated ``.keras``/``.h5``) and :func:`check_finite`.
+:class:`Heartbeat` keeps a long command from going silent.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import errno
 import os
 import shutil
 import sys
+import threading
+import time
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Callable, Iterator, Optional, Union
 
 from tf_transformer.errors import DamagedFileError, UserError, WriteError
 
@@ -30,6 +33,90 @@ CONFIG_FILE = "config.yaml"
 def say(msg: str) -> None:
     """Print one progress line to stderr (the library's default ``log``)."""
     print(msg, file=sys.stderr, flush=True)
+
+
+class Heartbeat:
+    """A line ``"<who>: <phase>: N s"`` whenever ``every`` seconds pass without output while a
+    phase is running, so that a long step (importing TensorFlow, building the model, filling
+    the input pipeline, tracing the training step) never leaves the terminal silent.
+
+    Lines written through :meth:`say` count as output (they reset the silence clock).
+    :meth:`phase` names what is being done now (``N`` counts from its start), :meth:`pause`
+    stops the lines until the next phase, :meth:`close` (or leaving a ``with`` block) ends
+    the background thread (a later :meth:`phase` starts another). Nothing is printed when every
+    phase is quicker than ``every``."""
+
+    def __init__(self, who: str, log: Optional[Callable[[str], None]] = None, every: float = 5.0):
+        self.who = who
+        self.every = float(every)
+        self._log = log or say
+        self._cond = threading.Condition()
+        self._phase: Optional[str] = None
+        self._phase_start = self._last = time.monotonic()
+        self._closed = False
+        self._thread: Optional[threading.Thread] = None
+
+    def say(self, line: str) -> None:
+        """Print ``line`` through the heartbeat's log (and restart the silence clock)."""
+        with self._cond:
+            self._last = time.monotonic()
+            self._log(line)
+
+    def phase(self, name: str) -> None:
+        """From now on the work is ``name`` (e.g. ``"building the model"``)."""
+        with self._cond:
+            self._phase, self._phase_start = name, time.monotonic()
+            if self._thread is None:  # the first phase (or the first after close) starts the thread
+                self._closed = False
+                self._thread = threading.Thread(target=self._beat, name=f"tft-heartbeat-{self.who}", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def pause(self) -> None:
+        """No lines until the next :meth:`phase` (output of its own follows, e.g. progress lines)."""
+        with self._cond:
+            self._phase = None
+            self._cond.notify()
+
+    @contextlib.contextmanager
+    def writing_to(self, log: Callable[[str], None]) -> Iterator[None]:
+        """Send the heartbeat's lines to ``log`` inside the block (e.g. the real stderr while
+        file descriptor 2 is being filtered)."""
+        with self._cond:
+            saved, self._log = self._log, log
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._log = saved
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed, self._phase = True, None
+            self._cond.notify()
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+
+    def __enter__(self) -> "Heartbeat":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _beat(self) -> None:
+        with self._cond:
+            while not self._closed:
+                if self._phase is None:
+                    self._cond.wait()
+                    continue
+                now = time.monotonic()
+                due = self._last + self.every - now
+                if due > 0:
+                    self._cond.wait(due)
+                    continue
+                self._log(f"{self.who}: {self._phase}: {now - self._phase_start:.0f} s")
+                self._last = now
 
 
 #: Prefix of the temporary names :func:`atomic_path` writes under (``.partial-<pid>-<name>``).

@@ -80,9 +80,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from tf_transformer.errors import UserError
 
+    heartbeat = None
+    if args.command == "train":  # its lines begin before TensorFlow is imported
+        from tf_transformer.io import Heartbeat
+
+        heartbeat = args._heartbeat = Heartbeat("train")
+        heartbeat.phase("loading TensorFlow")
     try:
         if args.command not in WITHOUT_TENSORFLOW and getattr(args, "engine", "tensorflow") == "tensorflow":
-            import_tensorflow()
+            import_tensorflow(heartbeat)
         code = args._run(args)
     except UserError as e:
         print(f"tft {args.command}: error: {e}", file=sys.stderr)
@@ -97,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"tft {args.command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if heartbeat is not None:
+            heartbeat.close()
     return int(code or 0)
 
 

@@ -33,10 +33,12 @@ def is_noise(line: str) -> bool:
     return any(p.fullmatch(line.strip()) for p in NOISE)
 
 
-def import_tensorflow() -> None:
-    """Import TensorFlow and Keras with the :data:`NOISE` lines of file descriptor 2 dropped."""
+def import_tensorflow(heartbeat=None) -> None:
+    """Import TensorFlow and Keras with the :data:`NOISE` lines of file descriptor 2 dropped;
+    a :class:`~tf_transformer.io.Heartbeat`'s lines still reach the real stderr meanwhile."""
     if "tensorflow" in sys.modules:
         return
+    import contextlib
     import tempfile
 
     sys.stderr.flush()
@@ -46,9 +48,15 @@ def import_tensorflow() -> None:
         return
     with tempfile.TemporaryFile() as captured:
         os.dup2(captured.fileno(), 2)
+
+        def real_stderr(line: str) -> None:
+            os.write(saved, (line + "\n").encode("utf-8", errors="replace"))
+
+        beating = heartbeat.writing_to(real_stderr) if heartbeat is not None else contextlib.nullcontext()
         try:
-            import keras  # noqa: F401
-            import tensorflow  # noqa: F401
+            with beating:
+                import keras  # noqa: F401
+                import tensorflow  # noqa: F401
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)

@@ -45,6 +45,9 @@ def run_train(args: argparse.Namespace) -> int:
     from tf_transformer.training.loop import train
     from tf_transformer.training.rundir import RunContractError
 
+    heartbeat = getattr(args, "_heartbeat", None)
+    if heartbeat is not None:
+        heartbeat.phase("reading the configuration")
     overrides = list(args.overrides)
     if args.strategy:
         overrides.append(f"train.strategy={args.strategy}")
@@ -52,7 +55,7 @@ def run_train(args: argparse.Namespace) -> int:
     try:
         with flags({"strategy ": "--strategy "}):
             result = train(cfg, model_dir=args.model_dir, verbose="auto" if args.verbose is None else args.verbose,
-                           allow_config_change=args.allow_config_change)
+                           allow_config_change=args.allow_config_change, heartbeat=heartbeat)
     except RunContractError as e:
         raise RunContractError(e.model_dir, e.differences, override="--allow-config-change") from None
     print(result.summary(), flush=True)

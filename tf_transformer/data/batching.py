@@ -37,8 +37,8 @@ Steps, all graph ops (no per-example Python):
 pairs are cut into chunks of ``data.shuffle_buffer`` pairs (per pipeline), each chunk is
 sorted by (1-D bucket of the longer side, target length, random tie-break) and cut into
 batches by one vectorised graph function per chunk, run in parallel over chunks; the
-chunk's batches come out in random order and a buffer of 512 batches mixes neighbouring
-chunks. Steps 5-6 cost tens of microseconds per *pair* in one thread per pipeline;
+chunk's batches come out in random order and are taken in turn from 4 consecutive
+chunks (no buffer to fill first). Steps 5-6 cost tens of microseconds per *pair* in one thread per pipeline;
 this costs that per *batch*, so one pipeline's serial work no longer bounds throughput.
 The first 16 chunks are 1/16 of the size, so training starts after a sixteenth of a
 chunk is tokenized.
@@ -533,7 +533,7 @@ def _split_target(src, tgt_full):
     return (src, tgt_in), tgt_full[:, 1:]
 
 
-_BATCH_SHUFFLE = 512  # sorted_chunks: batches mixed across neighbouring chunks
+_CHUNKS_MIXED = 4  # sorted_chunks: batches are taken in turn from this many consecutive chunks
 _RAMP = 16  # sorted_chunks: the first _RAMP chunks hold 1/_RAMP of a chunk's pairs each
 
 
@@ -546,12 +546,12 @@ def _sorted_chunks(ds, bounds, budget, chunk_pairs, seed, cache, repeat, max_len
     by (1-D bucket of ``max(len(source), len(BOS y))``, target length, random tie-break),
     cuts each bucket into batches of ``budget // bound`` rows (so either side of a batch
     has at most ``budget`` slots, padding included) and puts the chunk's batches in random
-    order; a shuffle buffer of batches then mixes neighbouring chunks. Randomness is
+    order; batches are then taken in turn from 4 consecutive chunks. Randomness is
     stateless, keyed by ``(seed, chunk number)``: the same seed gives the same batches, and
     each epoch (later chunk numbers) a new grouping. Every pair of a chunk is in exactly
-    one batch; the price is one partial batch per bucket per chunk. The first 16 chunks
-    hold 1/16 of a chunk each (unless ``cache``), so the first batch waits for that many
-    pairs to be read and tokenized, not for a whole chunk."""
+    one batch; the price is one partial batch per bucket per chunk. The first 16 chunks of
+    the stream hold 1/16 of a chunk each, so the first batch waits for that many pairs to be
+    read and tokenized, not for a whole chunk."""
     import tensorflow as tf
 
     bounds_t = tf.constant(bounds, tf.int64)
@@ -562,7 +562,7 @@ def _sorted_chunks(ds, bounds, budget, chunk_pairs, seed, cache, repeat, max_len
         ds = ds.repeat()
     full = max(1, -(-chunk_pairs // _TOKENIZE_BATCH))  # groups of up to _TOKENIZE_BATCH pairs per chunk
     small = max(1, full // _RAMP)
-    ramp = 0 if cache or small == full else _RAMP  # the first `ramp` chunks: `small` groups each
+    ramp = 0 if small == full else _RAMP  # the first `ramp` chunks of the stream: `small` groups each
     ramp_groups = ramp * small
 
     def chunk_of(i, pair):  # group i -> its chunk number; groups arrive in order, so one window is open
@@ -596,8 +596,11 @@ def _sorted_chunks(ds, bounds, budget, chunk_pairs, seed, cache, repeat, max_len
         shuffled = tf.argsort(tf.random.stateless_uniform([count], seed=draw + tf.constant([0, 1], tf.int64)))
         return tf.gather(s_batches, shuffled), tf.gather(t_batches, shuffled)
 
-    ds = ds.map(cut, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
-    return ds.shuffle(_BATCH_SHUFFLE, seed=seed, reshuffle_each_iteration=True)
+    ds = ds.map(cut, num_parallel_calls=tf.data.AUTOTUNE)
+    # mix neighbouring chunks by taking their (already permuted) batches in turn: unlike a
+    # shuffle buffer of batches, this yields as soon as the first chunk is cut
+    return ds.interleave(lambda s, t: tf.data.Dataset.from_tensor_slices((s, t)), cycle_length=_CHUNKS_MIXED,
+                         block_length=1)
 
 
 def distribute_with_service(ds, data_config, split: str):

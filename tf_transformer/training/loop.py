@@ -49,6 +49,7 @@ from tf_transformer.config import Config, ConfigError
 from tf_transformer.errors import DataError, UserError
 from tf_transformer.io import (
     MODEL_FILE,
+    Heartbeat,
     atomic_copy,
     atomic_write,
     remove_stale_partials,
@@ -224,6 +225,7 @@ def train(
     verbose: Union[str, int] = "auto",
     log: Callable[[str], None] = say,
     allow_config_change: bool = False,
+    heartbeat: Optional[Heartbeat] = None,
 ) -> TrainResult:
     """Train ``config``'s model with the paper's recipe; see the module docstring for files.
 
@@ -243,22 +245,37 @@ def train(
         allow_config_change: continue the run in ``model_dir`` although the config differs
             from its ``config.yaml`` in fields that change its meaning (or the vocabulary
             differs); by default that is refused before anything is written.
+        heartbeat: the command's :class:`~tf_transformer.io.Heartbeat` (``tft train`` starts
+            one before importing TensorFlow); by default one is made here. Until the first
+            update it prints ``train: <what is being done>: N s`` after every 5 s without
+            output (vocabulary, statistics, model building, backup, the input pipeline's fill
+            and the step's tracing).
 
     Returns:
         :class:`TrainResult` (``.summary()`` is the one-line report).
     """
-    run = _setup(config, model_dir, strategy, tokenizer, train_data is None or valid_data is None, log,
-                 allow_config_change)
-    train_fn, valid_fn, validation_steps = _data(run, train_data, valid_data)
-    trainer, backup, start_step = _resume(run)
-    _announce(run, trainer, backup, start_step)
-    vocab_copy = _write_inputs(run)
-    if start_step == 0:  # every worker (each into its own directory), as the later backups
-        backup.set_model(trainer)
-        backup.save()  # step 0: resumable from the first thing written
-    steps = _callbacks(run, trainer, backup, start_step, callbacks)
-    history, stopped = _fit(run, trainer, steps, train_fn, valid_fn, validation_steps, start_step, verbose)
-    return _save(run, trainer, steps, history, stopped, start_step, vocab_copy)
+    beat = heartbeat or Heartbeat("train", log=log)
+    try:
+        log = beat.say
+        beat.phase("checking the run directory and the vocabulary")
+        run = _setup(config, model_dir, strategy, tokenizer, train_data is None or valid_data is None, log,
+                     allow_config_change)
+        beat.phase("counting the training data")
+        train_fn, valid_fn, validation_steps = _data(run, train_data, valid_data)
+        beat.phase("building the model and restoring its backup")
+        trainer, backup, start_step = _resume(run)
+        _announce(run, trainer, backup, start_step)
+        beat.phase("writing the run's inputs" + ("" if start_step else " and the step-0 backup"))
+        vocab_copy = _write_inputs(run)
+        if start_step == 0:  # every worker (each into its own directory), as the later backups
+            backup.set_model(trainer)
+            backup.save()  # step 0: resumable from the first thing written
+        steps = _callbacks(run, trainer, backup, start_step, callbacks, beat)
+        history, stopped = _fit(run, trainer, steps, train_fn, valid_fn, validation_steps, start_step, verbose)
+        beat.phase("writing the final checkpoint, backup and model")
+        return _save(run, trainer, steps, history, stopped, start_step, vocab_copy)
+    finally:
+        beat.close()
 
 
 @dataclasses.dataclass
@@ -440,7 +457,7 @@ def _write_inputs(run: _Run) -> Optional[Path]:
 
 
 def _callbacks(run: _Run, trainer: TrainingModel, backup: cb.ResumableBackup, start_step: int,
-               extra: tuple) -> _Callbacks:
+               extra: tuple, beat: Heartbeat) -> _Callbacks:
     cfg, k, log = run.cfg, run.k, run.log
     checkpoint = cb.TimedCheckpoint(run.model_dir / "checkpoints", cfg.train.checkpoint_every_minutes,
                                     cfg.train.keep_checkpoints, k, enabled=run.info.is_chief, log=log)
@@ -465,7 +482,9 @@ def _callbacks(run: _Run, trainer: TrainingModel, backup: cb.ResumableBackup, st
                 "(pip install tensorboard)")
             log_dir = None
     if run.info.is_chief:
-        all_callbacks.append(FirstUpdateHeartbeat(log=log))
+        skipped = "skipping the batches already trained on, " if start_step else ""
+        all_callbacks.append(FirstUpdateHeartbeat(heartbeat=beat, what=f"{skipped}input pipeline filling its "
+                                                  "first chunk or buffer, training step being traced"))
     all_callbacks.extend(extra)
     return _Callbacks(checkpoint, backup, throughput, budget, evaluator, log_dir, all_callbacks)
 

@@ -13,13 +13,13 @@ epoch with the epoch's training and validation metrics, e.g.::
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from typing import Callable, Optional
 
 import keras
 import numpy as np
 
+from tf_transformer.io import Heartbeat, say
 from tf_transformer.training.callbacks import current_step
 
 __all__ = ["FirstUpdateHeartbeat", "ProgressLines", "stdout_is_terminal"]
@@ -102,40 +102,36 @@ def resolve_verbose(verbose, train_config, enabled: bool = True, stream=None) ->
 
 
 class FirstUpdateHeartbeat(keras.callbacks.Callback):
-    """A line every ``every`` seconds while a ``fit`` call waits for its first update.
+    """A line every ``every`` seconds of silence while a ``fit`` call waits for its first update.
 
-    Before the first update the input pipeline fills its shuffle buffer (or first chunk) and
-    TensorFlow traces the training step, which on a large corpus takes tens of seconds with
-    nothing else to show; this says so instead of staying silent. Nothing is printed when the
-    first update comes within ``every`` seconds."""
+    Before the first update the input pipeline fills its first chunk or shuffle buffer (and,
+    on a resume, skips the batches already trained on) and TensorFlow traces the training
+    step, which on a large corpus can take tens of seconds with nothing else to show; this
+    says so instead of staying silent. ``heartbeat`` is the :class:`~tf_transformer.io.Heartbeat`
+    of the whole command (``train`` makes one); without it the callback runs its own, printing
+    through ``log``. Nothing is printed when the first update comes within ``every`` seconds."""
 
-    def __init__(self, every: float = 5.0, log: Optional[Callable[[str], None]] = None):
+    def __init__(self, every: float = 5.0, log: Optional[Callable[[str], None]] = None,
+                 heartbeat: Optional[Heartbeat] = None, what: str = ""):
         super().__init__()
-        self.every = float(every)
-        self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-        self._done = threading.Event()
-        self._thread = None
+        self._own = heartbeat is None
+        self.heartbeat = heartbeat or Heartbeat("train", log=log or say, every=every)
+        self.what = what or "input pipeline filling its buffers, training step being traced"
+        self._waiting = False
 
     def on_train_begin(self, logs=None):
-        self._done.clear()
-        start = time.perf_counter()
-
-        def beat():
-            while not self._done.wait(self.every):
-                self.log(f"train: preparing the first update (input pipeline filling its buffers, training "
-                         f"step being traced): {time.perf_counter() - start:.0f} s")
-
-        self._thread = threading.Thread(target=beat, name="tft-first-update-heartbeat", daemon=True)
-        self._thread.start()
+        self._waiting = True
+        self.heartbeat.phase(f"preparing the first update ({self.what})")
 
     def _stop(self):
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        if self._waiting:
+            self._waiting = False
+            self.heartbeat.pause()
+        if self._own:
+            self.heartbeat.close()
 
     def on_train_batch_end(self, batch, logs=None):
-        if self._thread is not None:
+        if self._waiting:
             self._stop()
 
     def on_train_end(self, logs=None):

@@ -58,9 +58,51 @@ def paper_learning_rate(step: int, d_model: int, warmup_steps: int, scale: float
     return scale * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
 
 
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class FusedAdam(keras.optimizers.Adam):
+    """``keras.optimizers.Adam`` whose update of each variable is one fused TensorFlow kernel
+    (``ResourceApplyAdam``) instead of about twenty small ops.
+
+    The formula is Keras' (and the paper's Adam with the "epsilon hat" of Kingma & Ba,
+    section 2): ``m += (g - m)(1 - beta_1)``, ``v += (g^2 - v)(1 - beta_2)``,
+    ``w -= lr sqrt(1 - beta_2^t) / (1 - beta_1^t) * m / (sqrt(v) + epsilon)``, in the same
+    order of operations, so the two agree to float rounding. The slots and their names are
+    Adam's, so a checkpoint of either loads into the other. With another backend, AMSGrad or
+    sparse gradients it falls back to Adam's own update. Tracing a training step has ~20x
+    fewer optimizer ops to build, which shortens the wait for the first update."""
+
+    def __init__(self, *args, name: str = "adam", **kwargs):
+        super().__init__(*args, name=name, **kwargs)
+
+    def update_step(self, gradient, variable, learning_rate):
+        if self.amsgrad or keras.backend.backend() != "tensorflow":
+            return super().update_step(gradient, variable, learning_rate)
+        import tensorflow as tf
+
+        if isinstance(gradient, tf.IndexedSlices):
+            return super().update_step(gradient, variable, learning_rate)
+        dtype = variable.dtype
+        index = self._get_variable_index(variable)
+        step = tf.cast(self.iterations + 1, dtype)
+        beta_1 = tf.cast(self.beta_1, dtype)
+        beta_2 = tf.cast(self.beta_2, dtype)
+        tf.raw_ops.ResourceApplyAdam(
+            var=_handle(variable), m=_handle(self._momentums[index]), v=_handle(self._velocities[index]),
+            beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step), lr=tf.cast(learning_rate, dtype),
+            beta1=beta_1, beta2=beta_2, epsilon=tf.cast(self.epsilon, dtype), grad=tf.cast(gradient, dtype),
+            use_locking=False)
+
+
+def _handle(variable):
+    """The resource handle of a Keras or TensorFlow variable (inside a strategy's update: the
+    current device's copy)."""
+    return (variable.value if isinstance(variable, keras.Variable) else variable).handle
+
+
 def make_optimizer(train_config=None, d_model: int | None = None, **fields):
     """Adam(beta_1, beta_2, epsilon from ``train_config``; paper: 0.9, 0.98, 1e-9) on
-    :class:`TransformerSchedule`. Wrapped in ``keras.optimizers.LossScaleOptimizer`` (dynamic
+    :class:`TransformerSchedule` (as :class:`FusedAdam`: the same update in one kernel per
+    variable). Wrapped in ``keras.optimizers.LossScaleOptimizer`` (dynamic
     loss scaling) when ``train_config.mixed_precision == "mixed_float16"``.
 
     Without a config, keyword arguments name the ``TrainConfig`` fields to change from the
@@ -86,7 +128,7 @@ def make_optimizer(train_config=None, d_model: int | None = None, **fields):
                             "learning_rate_scale, adam_beta_1, adam_beta_2, adam_epsilon, mixed_precision, ...)")
         train_config = dataclasses.replace(train_config, **fields)
     schedule = TransformerSchedule(d_model, train_config.warmup_steps, train_config.learning_rate_scale)
-    optimizer = keras.optimizers.Adam(
+    optimizer = FusedAdam(
         learning_rate=schedule,
         beta_1=train_config.adam_beta_1,
         beta_2=train_config.adam_beta_2,

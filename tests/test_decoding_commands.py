@@ -145,3 +145,29 @@ def test_import_tensorflow_skips_matplotlib_and_sets_threads():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == b"ok", proc.stderr.decode()[-2000:]
+
+
+@pytest.mark.slow
+def test_cli_translate_defaults_to_one_thread_per_usable_core(assets):
+    # Without --threads: one decoding thread per core of the affinity mask (here 1 or 2 of
+    # them), one thread per op; the same output as an explicit --threads 1.
+    cores = sorted(os.sched_getaffinity(0))[:2] if hasattr(os, "sched_getaffinity") else None
+    if not cores:
+        pytest.skip("no CPU affinity on this platform")
+    code = ("import os, sys, io\n"
+            f"os.sched_setaffinity(0, {cores!r})\n"
+            "sys.stdin = io.TextIOWrapper(io.BytesIO(b'a dog.\\nthe girl plays\\n'))\n"
+            "from tf_transformer.cli import main\n"
+            f"code = main(['translate', '--model', {assets[0]!r}, '--vocab', {assets[1]!r}, '--beam', '1',"
+            " '--quiet'])\n"
+            "import tensorflow as tf\n"
+            "print('threads', tf.config.threading.get_intra_op_parallelism_threads(),"
+            " tf.config.threading.get_inter_op_parallelism_threads(), code, file=sys.stderr)\n")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert f"threads 1 {len(cores)} 0" in proc.stderr.decode()
+    explicit = subprocess.run([sys.executable, "-m", "tf_transformer.cli", "translate", "--model", assets[0],
+                               "--vocab", assets[1], "--beam", "1", "--threads", "1", "--quiet"],
+                              input=b"a dog.\nthe girl plays\n", capture_output=True, env=env, timeout=300, check=False)
+    assert explicit.returncode == 0 and proc.stdout == explicit.stdout and proc.stdout.count(b"\n") == 2

@@ -51,10 +51,11 @@ def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", default="tensorflow", choices=("tensorflow", "ctranslate2"),
                         help="tensorflow (default: our beam search) or ctranslate2 (a CTranslate2 export; "
                              "needs the [ct2] extra; --alpha 0 gives our outputs exactly, see docs/serving.md)")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="CPU threads (default 0: the engine's choice). With --engine tensorflow: N batches "
-                             "decoded at once, one thread each (TensorFlow's default, every op split over all cores, "
-                             "is slower on small models: tools/bench/RESULTS.md); with ctranslate2, its intra_threads")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads. With --engine tensorflow: N batches decoded at once, one thread each "
+                             "(default: one per CPU core this process may use; 0 = TensorFlow's own default, every op "
+                             "split over all cores, 1.5-2x slower on small models: tools/bench/RESULTS.md); with "
+                             "ctranslate2: its intra_threads (default 0: its own choice)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -100,17 +101,26 @@ def build_translator(args):
     if getattr(args, "engine", "tensorflow") == "ctranslate2":
         vocab = args.vocab or (cfg.data.vocab_model if cfg is not None else None)
         return cfg, decode, build_ct2_translator(args, decode, vocab)
-    import_tensorflow(getattr(args, "threads", 0))
+    threads = getattr(args, "threads", None)
+    if threads is None:  # the default: one decoding thread per usable core
+        from tf_transformer.data.batching import usable_cores
+
+        threads = usable_cores()
+        import_tensorflow(threads, required=False)
+    else:
+        import_tensorflow(threads)
     model, tok = load_model_and_vocabulary(args, cfg)
     translator = Translator(model, tok, beam_size=decode.beam_size, alpha=decode.alpha,
                             max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
-                            jit_compile=args.xla, workers=max(getattr(args, "threads", 0), 1))
+                            jit_compile=args.xla, workers=max(threads, 1))
     return cfg, decode, translator
 
 
-def import_tensorflow(threads: int = 0) -> None:
+def import_tensorflow(threads: int = 0, required: bool = True) -> None:
     """Import TensorFlow for decoding, without matplotlib, and set its ``--threads``
-    (:func:`tf_transformer.decoding.translator.set_cpu_threads`).
+    (:func:`tf_transformer.decoding.translator.set_cpu_threads`). With ``required=False``
+    (the default thread count, not one asked for) a TensorFlow that already runs in this
+    process keeps its threads instead of being an error.
 
     Importing TensorFlow imports Keras, which imports ``matplotlib.pyplot`` when it can (for
     its image-gallery plots, under ``try``/``except ImportError``): most of a second of every
@@ -127,8 +137,12 @@ def import_tensorflow(threads: int = 0) -> None:
     if threads:
         from tf_transformer.decoding.translator import set_cpu_threads
 
-        with flags({"threads=": "--threads "}):
-            set_cpu_threads(threads)
+        try:
+            with flags({"threads=": "--threads "}):
+                set_cpu_threads(threads)
+        except UserError:
+            if required:
+                raise
 
 
 #: Library words -> the flags that give them.
@@ -167,7 +181,7 @@ def build_ct2_translator(args, decode, vocab):
     with flags(DECODE_FLAGS):
         translator = CT2Translator(args.model, tok, beam_size=decode.beam_size, alpha=decode.alpha,
                                    max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
-                                   threads=args.threads)
+                                   threads=args.threads or 0)
     if decode.beam_size > 1 and decode.alpha > 0:
         print(f"tft {args.command}: note: CTranslate2 normalises beam scores by |Y|^beta, not by GNMT's "
               f"((5+|Y|)/6)^alpha; alpha {decode.alpha:g} is mapped to beta = alpha n/(5+n) for sources of n "

@@ -255,7 +255,7 @@ def whole_process(args, sources, ct2_dirs) -> dict:
     for beam in (1, args.beam):
         common = ["--input", src.name, "--output", dest, "--beam", str(beam), "--alpha", str(args.alpha),
                   "--batch-size", str(args.batch_size), "--max-extra-len", str(args.max_extra_len), "--quiet"]
-        threads = ["--threads", str(args.tf_threads)] if args.tf_threads else []
+        threads = ["--threads", str(args.tf_threads)]  # 0: TensorFlow's own threads (tft's default is one per core)
         runs.append(("tft translate greedy" if beam == 1 else f"tft translate beam{beam}",
                      [tft, "translate", "--model", args.model, "--vocab", args.vocab] + threads + common))
         if ct2_dirs:

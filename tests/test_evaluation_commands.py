@@ -3,12 +3,7 @@
 import json
 
 import pytest
-from helpers.tiny_model import make_tiny_assets, toy_sentences
-
-
-@pytest.fixture(scope="module")
-def assets(tmp_path_factory):
-    return make_tiny_assets(tmp_path_factory.getbasetemp() / "tft_tiny_copy_model")
+from helpers.tiny_model import toy_sentences
 
 
 def test_evaluate_source_reference(assets, tmp_path, capsys):

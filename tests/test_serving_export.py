@@ -9,7 +9,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from helpers.tiny_model import make_tiny_assets, toy_sentences
+from helpers.tiny_model import toy_sentences
 
 TEXTS = toy_sentences(58, seed=11) + [
     "",
@@ -22,11 +22,6 @@ TEXTS = toy_sentences(58, seed=11) + [
 RAW_TEXTS = [t.encode("utf-8", "surrogateescape") for t in TEXTS]  # line 61 holds the byte 0xff
 SOURCE_IDS = [[5, 6, 7, 8, 0, 0], [9, 10, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0], [11, 12, 13, 14, 15, 999]]
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-
-
-@pytest.fixture(scope="module")
-def assets(tmp_path_factory):
-    return make_tiny_assets(tmp_path_factory.getbasetemp() / "tft_tiny_copy_model")
 
 
 @pytest.fixture(scope="module")

@@ -82,6 +82,12 @@ def differences(old_cfg, new_cfg) -> list[tuple[str, str, str]]:
     return found
 
 
+def pipelines_that_ran(stored) -> int:
+    """The pipeline count of a run from its config.yaml's ``data.parallel_pipelines``: a
+    config.yaml written before the field existed (missing, or 0) ran one pipeline."""
+    return int(stored) if stored else 1
+
+
 def resolve_pipelines_for(cfg, model_dir) -> None:
     """Fix ``data.parallel_pipelines`` = 0 ("one per core") to a number before the run is
     compared and written: the batch order depends on it, so a run resumed on a machine with
@@ -100,7 +106,7 @@ def resolve_pipelines_for(cfg, model_dir) -> None:
                 "parallel_pipelines")
         except (OSError, yaml.YAMLError, AttributeError):
             stored = None  # check_contract reports an unreadable config.yaml
-        cfg.data.parallel_pipelines = int(stored) if stored else 1
+        cfg.data.parallel_pipelines = pipelines_that_ran(stored)
     else:
         cfg.data.parallel_pipelines = resolve_pipelines(cfg.data)
 
@@ -120,8 +126,7 @@ def check_contract(cfg, model_dir, tokenizer=None, allow_change: bool = False) -
         old = load_config(str(path), validate=False)
     except UserError as e:
         raise ConfigError(f"{path} (the config of the run in {model_dir}) cannot be read: {e}") from None
-    if not old.data.parallel_pipelines:
-        old.data.parallel_pipelines = 1  # a config.yaml from before the field: one pipeline ran
+    old.data.parallel_pipelines = pipelines_that_ran(old.data.parallel_pipelines)
     found = differences(old, cfg)
     vocab = model_dir / "vocab.model"
     if tokenizer is not None and vocab.is_file():

@@ -5,7 +5,8 @@ written by ``tft train`` with ``train.eval_bleu_every_steps`` set::
 
     python tools/multi30k_report.py --run runs/multi30k_tiny
 
-Weight sets: the final weights (``model.keras``), the best evaluation by
+Weight sets: the final weights (``model.keras``; for a run interrupted before it wrote one,
+its newest checkpoint, saved as ``last-checkpoint.keras``), the best evaluation by
 ``train.best_metric`` (``best/``), and the average of the last 5 and the last 10
 checkpoints (written once as ``averaged-5.keras`` / ``averaged-10.keras``). Each is
 translated on val and test2016 with each ``--beams`` size; hypotheses and scores are
@@ -87,19 +88,29 @@ def weight_sets(run: Path, cfg):
     from tf_transformer.training.averaging import average_run
     from tf_transformer.training.callbacks import list_checkpoints
 
-    sets = {"final": run / "model.keras"}
-    best = sorted((run / "best").glob("best-*.weights.h5"), key=lambda p: int(p.name.split("-")[1].split(".")[0]))
-    if best:
-        out = run / "best.keras"
-        sources = [best[-1].name, fingerprint(best[-1])]
+    def from_weights(weights: Path, out: Path) -> Path:
+        sources = [weights.name, fingerprint(weights)]
         if not _built_from(out, sources):
             model = Transformer.from_config_section(cfg.model)
             model.build()
-            model.load_weights(str(best[-1]))
+            model.load_weights(str(weights))
             model.save(str(out))
             _record_sources(out, sources)
-        sets[f"best ({best[-1].name.split('.')[0]})"] = out
+        return out
+
+    sets = {}
     checkpoints = list_checkpoints(run / "checkpoints")
+    if (run / "model.keras").is_file():
+        sets["final"] = run / "model.keras"
+    elif checkpoints:
+        # an interrupted run writes no model.keras: its newest checkpoint stands in for it
+        step, path = checkpoints[-1]
+        say(f"{run / 'model.keras'} does not exist (the training was interrupted): "
+            f"using the last checkpoint, {path.name}, as the final weights")
+        sets[f"last checkpoint (update {step})"] = from_weights(path, run / "last-checkpoint.keras")
+    best = sorted((run / "best").glob("best-*.weights.h5"), key=lambda p: int(p.name.split("-")[1].split(".")[0]))
+    if best:
+        sets[f"best ({best[-1].name.split('.')[0]})"] = from_weights(best[-1], run / "best.keras")
     for n in (5, 10):
         if len(checkpoints) >= n:
             out = run / f"averaged-{n}.keras"

@@ -22,6 +22,7 @@ one-line summary.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -136,11 +137,15 @@ def decode_and_score(run: Path, name: str, model_path: Path, tokenizer, splits, 
     results, model = {}, None
     weights = fingerprint(model_path)
     for split, (sources, references) in splits.items():
+        inputs = hashlib.sha256("\n".join(sources).encode("utf-8")).hexdigest()
         for beam in beams:
             hyp_path = cache_dir / f"{slug}.{split}.beam{beam}.de"
             meta_path = hyp_path.with_suffix(".json")
             meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-            if meta.get("weights") != weights:  # not decoded yet, or with other weights: decode again
+            # what the cached outputs depend on: the weights, the sentences (--limit), the decoding
+            key = {"weights": weights, "inputs": inputs, "sentences": len(sources), "alpha": alpha,
+                   "max_extra_length": cfg.decode.max_extra_length}
+            if any(meta.get(k) != v for k, v in key.items()):  # not decoded yet, or otherwise: decode again
                 if model is None:
                     model = keras.saving.load_model(str(model_path), compile=False)
                 translator = Translator(model, tokenizer, beam_size=beam, alpha=alpha,
@@ -154,7 +159,7 @@ def decode_and_score(run: Path, name: str, model_path: Path, tokenizer, splits, 
                 meta = {"scores": {k: round(scores[k].score, 2) for k in scores},
                         "signatures": {k: scores[k].signature for k in scores},
                         "run_ons": run_on_count(sources, hyps), "seconds": round(seconds, 1),
-                        "sentences": len(sources), "weights": weights}
+                        **key}
                 tmp = meta_path.with_name(".partial-" + meta_path.name)
                 tmp.write_text(json.dumps(meta, indent=1))
                 os.replace(tmp, meta_path)

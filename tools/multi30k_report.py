@@ -58,8 +58,6 @@ def run_on_count(sources, hypotheses) -> int:
 
 def fingerprint(path: Path) -> str:
     """sha256 of a file (the cache key of everything decoded with it)."""
-    import hashlib
-
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -143,7 +141,7 @@ def decode_and_score(run: Path, name: str, model_path: Path, tokenizer, splits, 
             meta_path = hyp_path.with_suffix(".json")
             meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
             # what the cached outputs depend on: the weights, the sentences (--limit), the decoding
-            key = {"weights": weights, "inputs": inputs, "sentences": len(sources), "alpha": alpha,
+            key = {"weights": weights, "inputs": inputs, "alpha": alpha,
                    "max_extra_length": cfg.decode.max_extra_length}
             if any(meta.get(k) != v for k, v in key.items()):  # not decoded yet, or otherwise: decode again
                 if model is None:
@@ -159,7 +157,7 @@ def decode_and_score(run: Path, name: str, model_path: Path, tokenizer, splits, 
                 meta = {"scores": {k: round(scores[k].score, 2) for k in scores},
                         "signatures": {k: scores[k].signature for k in scores},
                         "run_ons": run_on_count(sources, hyps), "seconds": round(seconds, 1),
-                        **key}
+                        "sentences": len(sources), **key}
                 tmp = meta_path.with_name(".partial-" + meta_path.name)
                 tmp.write_text(json.dumps(meta, indent=1))
                 os.replace(tmp, meta_path)

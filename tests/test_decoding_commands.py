@@ -162,11 +162,15 @@ def test_cli_translate_defaults_to_one_thread_per_usable_core(assets):
             " '--quiet'])\n"
             "import tensorflow as tf\n"
             "print('threads', tf.config.threading.get_intra_op_parallelism_threads(),"
-            " tf.config.threading.get_inter_op_parallelism_threads(), code, file=sys.stderr)\n")
+            " tf.config.threading.get_inter_op_parallelism_threads(), code, file=sys.stderr)\n"
+            # the whole `tft translate` path (main imports TensorFlow before the command runs)
+            # leaves matplotlib unimported
+            "print('matplotlib imported:', 'matplotlib' in sys.modules, file=sys.stderr)\n")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     assert f"threads 1 {len(cores)} 0" in proc.stderr.decode()
+    assert "matplotlib imported: False" in proc.stderr.decode()
     explicit = subprocess.run([sys.executable, "-m", "tf_transformer.cli", "translate", "--model", assets[0],
                                "--vocab", assets[1], "--beam", "1", "--threads", "1", "--quiet"],
                               input=b"a dog.\nthe girl plays\n", capture_output=True, env=env, timeout=300, check=False)

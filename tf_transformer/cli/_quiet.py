@@ -35,7 +35,15 @@ def is_noise(line: str) -> bool:
 
 def import_tensorflow(heartbeat=None) -> None:
     """Import TensorFlow and Keras with the :data:`NOISE` lines of file descriptor 2 dropped;
-    a :class:`~tf_transformer.io.Heartbeat`'s lines still reach the real stderr meanwhile."""
+    a :class:`~tf_transformer.io.Heartbeat`'s lines still reach the real stderr meanwhile.
+
+    Keras imports ``matplotlib.pyplot`` at import time when it can (for its image-gallery
+    plot, under ``try``/``except ImportError``): 0.5-1.8 s of every ``tft`` process on a
+    2-core machine, for nothing that ``tft`` uses from Keras. matplotlib is hidden while
+    TensorFlow and Keras are imported, so Keras skips it; afterwards it imports as usual
+    (``tft plot-attention`` and the ablation plots import it themselves; only Keras' own
+    image-gallery helper stays without it in this process).
+    """
     if "tensorflow" in sys.modules:
         return
     import contextlib
@@ -53,11 +61,16 @@ def import_tensorflow(heartbeat=None) -> None:
             os.write(saved, (line + "\n").encode("utf-8", errors="replace"))
 
         beating = heartbeat.writing_to(real_stderr) if heartbeat is not None else contextlib.nullcontext()
+        hide = "matplotlib" not in sys.modules
+        if hide:
+            sys.modules["matplotlib"] = None  # `import matplotlib...` raises ImportError
         try:
             with beating:
                 import keras  # noqa: F401
                 import tensorflow  # noqa: F401
         finally:
+            if hide:
+                del sys.modules["matplotlib"]
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)

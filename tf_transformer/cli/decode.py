@@ -117,23 +117,14 @@ def build_translator(args):
 
 
 def import_tensorflow(threads: int = 0, required: bool = True) -> None:
-    """Import TensorFlow for decoding, without matplotlib, and set its ``--threads``
+    """Import TensorFlow for decoding (quietly and without matplotlib:
+    :func:`tf_transformer.cli._quiet.import_tensorflow`) and set its ``--threads``
     (:func:`tf_transformer.decoding.translator.set_cpu_threads`). With ``required=False``
     (the default thread count, not one asked for) a TensorFlow that already runs in this
-    process keeps its threads instead of being an error.
+    process keeps its threads instead of being an error."""
+    from tf_transformer.cli._quiet import import_tensorflow as quiet_import
 
-    Importing TensorFlow imports Keras, which imports ``matplotlib.pyplot`` when it can (for
-    its image-gallery plots, under ``try``/``except ImportError``): most of a second of every
-    process, for nothing that decoding uses. Hiding matplotlib while TensorFlow is imported
-    makes Keras skip it; afterwards matplotlib imports as usual (only Keras' image-gallery
-    plots stay off in this process).
-    """
-    if "tensorflow" not in sys.modules and "matplotlib" not in sys.modules:
-        sys.modules["matplotlib"] = None  # `import matplotlib...` raises ImportError
-        try:
-            import tensorflow  # noqa: F401
-        finally:
-            del sys.modules["matplotlib"]
+    quiet_import()
     if threads:
         from tf_transformer.decoding.translator import set_cpu_threads
 

@@ -222,3 +222,41 @@ def test_layer_norm_other_axes_fall_back_to_keras():
     np.testing.assert_allclose(np.array(ours(x)), np.array(theirs(x)), atol=1e-6)
     x_hat = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-3)
     np.testing.assert_allclose(np.array(ours(x)), x_hat, atol=1e-5)
+
+
+def test_linear_gives_the_bits_of_keras_matmul_with_fewer_graph_ops():
+    # linear() is the one 2-D MatMul that keras.ops.matmul (tf.tensordot on TensorFlow)
+    # wraps in shape ops: the same numbers to the bit, for static and run-time shapes, with
+    # and without bias, and "rows" gives the 2-D product.
+    import tensorflow as tf
+
+    from tf_transformer.layers.linear import linear
+
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(16, 24)).astype("float32")
+    b = rng.normal(size=(24,)).astype("float32")
+    for shape in ((5, 16), (3, 7, 16), (2, 3, 4, 16)):
+        x = rng.normal(size=shape).astype("float32")
+        want = np.asarray(keras.ops.matmul(x, w)) + b
+        np.testing.assert_array_equal(np.asarray(linear(x, w, b)), want)
+        np.testing.assert_allclose(np.asarray(linear(x, w)), x @ w, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(np.asarray(linear(x, w, b, lead="rows")), want.reshape(-1, 24))
+    with pytest.raises(ValueError, match="lead='cols'"):
+        linear(x, w, lead="cols")
+
+    spec = tf.TensorSpec([None, None, 16], tf.float32)
+
+    def ops_of(fn):
+        graph = tf.function(fn, input_signature=[spec], autograph=False).get_concrete_function().graph
+        return [n.op for n in graph.as_graph_def().node]
+
+    x = rng.normal(size=(3, 7, 16)).astype("float32")
+    traced = tf.function(lambda t: linear(t, w, b), input_signature=[spec], autograph=False)
+    np.testing.assert_array_equal(traced(x).numpy(), np.asarray(keras.ops.matmul(x, w)) + b)
+    assert traced.get_concrete_function().output_shapes.as_list() == [None, None, 24]
+    # run-time batch and length: tensordot's shape arithmetic (gathers, products, a
+    # transpose) is what linear() leaves out; one MatMul either way
+    ours, theirs = ops_of(lambda t: linear(t, w, b)), ops_of(lambda t: keras.ops.matmul(t, w) + b)
+    assert ours.count("MatMul") == theirs.count("MatMul") == 1
+    assert not {"GatherV2", "Prod", "Transpose"} & set(ours) and {"GatherV2", "Prod"} <= set(theirs)
+    assert len(ours) < len(theirs)

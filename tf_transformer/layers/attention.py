@@ -13,6 +13,8 @@ import math
 import keras
 from keras import ops
 
+from tf_transformer.layers.linear import linear
+
 MASK_VALUE = -1e9
 
 
@@ -136,11 +138,8 @@ class MultiHeadAttention(keras.layers.Layer):
 
     # -- pieces, also used by the incremental decoder ----------------------------------
     def _project(self, x, kernel, bias, depth):
-        y = ops.matmul(x, ops.cast(kernel, x.dtype))
-        if bias is not None:
-            y = y + ops.cast(bias, x.dtype)
-        b, t = ops.shape(x)[0], ops.shape(x)[1]
-        y = ops.reshape(y, (b, t, self.num_heads, depth))
+        b, t = ops.shape(x)[:2]
+        y = ops.reshape(linear(x, kernel, bias, lead="rows"), (b, t, self.num_heads, depth))
         return ops.transpose(y, (0, 2, 1, 3))  # [batch, heads, length, depth]
 
     def project_query(self, query):
@@ -154,12 +153,10 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def combine_heads(self, context):
         """``[batch, heads, q, d_v]`` -> ``[batch, q, output_dim]`` through ``W^O``."""
-        b, q = ops.shape(context)[0], ops.shape(context)[2]
-        x = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (b, q, self.num_heads * self.value_dim))
-        y = ops.matmul(x, ops.cast(self.output_kernel, x.dtype))
-        if self.output_bias is not None:
-            y = y + ops.cast(self.output_bias, y.dtype)
-        return y
+        shape = ops.shape(context)
+        x = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (-1, self.num_heads * self.value_dim))
+        y = linear(x, self.output_kernel, self.output_bias)
+        return ops.reshape(y, (shape[0], shape[2], y.shape[-1]))
 
     def attend(self, query, key, value, mask=None, training=None):
         """Attention of projected query heads over projected ``key``/``value`` heads."""
@@ -187,11 +184,9 @@ class MultiHeadAttention(keras.layers.Layer):
         sentence batch instead of once per step); the values are the same.
         """
         kernel, bias = projection if projection is not None else self.self_projection()
-        y = ops.matmul(x, ops.cast(kernel, x.dtype))
-        if bias is not None:
-            y = y + ops.cast(bias, x.dtype)
+        b, t = ops.shape(x)[:2]
+        y = linear(x, kernel, bias, lead="rows")  # [batch * length, 2 h d_k + h d_v]
         hk = self.num_heads * self.key_dim
-        b, t = ops.shape(x)[0], ops.shape(x)[1]
 
         def heads(part, depth):
             return ops.transpose(ops.reshape(part, (b, t, self.num_heads, depth)), (0, 2, 1, 3))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from tf_transformer.layers.linear import leading_shape, linear
+
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class PositionwiseFeedForward(keras.layers.Layer):
@@ -43,10 +45,11 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.built = True
 
     def call(self, x, training=None):
-        h = ops.relu(ops.matmul(x, ops.cast(self.inner_kernel, x.dtype)) + ops.cast(self.inner_bias, x.dtype))
+        lead = leading_shape(x) if len(x.shape) > 2 else None
+        h = ops.relu(linear(x, self.inner_kernel, self.inner_bias, lead="rows"))  # [rows, d_ff]
         if self.dropout is not None:
             h = self.dropout(h, training=training)
-        return ops.matmul(h, ops.cast(self.outer_kernel, h.dtype)) + ops.cast(self.outer_bias, h.dtype)
+        return linear(h, self.outer_kernel, self.outer_bias, lead=lead)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.output_dim or input_shape[-1],)

@@ -1,6 +1,7 @@
 """`tft translate` and the Translator: order restored, empty lines, truncation, invalid UTF-8."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -121,12 +122,23 @@ def test_progress_bar_lines(tmp_path):
 def test_cli_translate_stdin_stdout(assets):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run([sys.executable, "-m", "tf_transformer.cli", "translate", "--model", assets[0],
-                           "--vocab", assets[1], "--beam", "1", "--threads", "1"],
+                           "--vocab", assets[1], "--beam", "1", "--threads", "1", "--timings"],
                           input=b"a dog.\n\nthe girl plays\n", capture_output=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr.decode()
     out = proc.stdout.decode("utf-8").split("\n")
     assert len(out) == 4 and out[1] == "" and out[3] == ""
     assert b"wrote 3 translations to stdout" in proc.stderr
+    # --timings: every phase of the process, in order, adding up to the total
+    line = next(x for x in proc.stderr.decode().splitlines() if x.startswith("tft translate: timings: "))
+    phases = re.findall(r"(?:^|, |; )([a-zA-Z][^,;(]*?) (\d+\.\d\d) s", line.split(": ", 2)[2])
+    names = [n for n, _ in phases]
+    assert names == ["Python and tft start-up", "TensorFlow import", "model and vocabulary",
+                     "tracing the decoding graph", "reading the input", "decoding", "writing"], line
+    parts = [float(v) for _, v in phases]
+    total = float(re.search(r"; (\d+\.\d\d) s in all$", line).group(1))
+    assert abs(sum(parts) - total) < 0.05 and parts[1] > 0.5, line
+    first = float(re.search(r"decoding [\d.]+ s \(first batch done after (\d+\.\d\d) s\)", line).group(1))
+    assert 0 < first <= parts[5] + 0.01, line
 
 
 def test_import_tensorflow_skips_matplotlib_and_sets_threads():

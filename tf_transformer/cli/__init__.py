@@ -86,9 +86,15 @@ def main(argv: list[str] | None = None) -> int:
 
         heartbeat = args._heartbeat = Heartbeat("train")
         heartbeat.phase("loading TensorFlow")
+    if getattr(args, "timings", False):
+        from tf_transformer.cli._common import PhaseClock
+
+        args._clock = PhaseClock()
     try:
         if args.command not in WITHOUT_TENSORFLOW and getattr(args, "engine", "tensorflow") == "tensorflow":
             import_tensorflow(heartbeat)
+            if getattr(args, "_clock", None) is not None:
+                args._clock.mark("TensorFlow import")
         code = args._run(args)
     except UserError as e:
         print(f"tft {args.command}: error: {e}", file=sys.stderr)

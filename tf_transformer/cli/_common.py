@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -32,6 +34,40 @@ def flags(words: Mapping[str, str]) -> Iterator[None]:
         yield
     except UserError as e:
         raise reword(e, words) from None
+
+
+def process_age() -> float | None:
+    """Seconds since this process started (Linux: from ``/proc``); None where unknown."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            ticks = float(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        return max(uptime - ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+class PhaseClock:
+    """Wall-clock seconds of a command's phases, for ``--timings``: :meth:`mark` ends the
+    current phase; the first one, where the operating system says when the process began,
+    is Python's own start-up and the ``tft`` imports before the clock was made."""
+
+    def __init__(self):
+        age = process_age()
+        self.phases: list[tuple[str, float, str]] = [] if age is None else [("Python and tft start-up", age, "")]
+        self._last = time.perf_counter()
+
+    def mark(self, name: str, note: str = "") -> None:
+        """End phase ``name``; ``note`` is printed after its seconds, in parentheses."""
+        now = time.perf_counter()
+        self.phases.append((name, now - self._last, note))
+        self._last = now
+
+    def summary(self) -> str:
+        total = sum(s for _, s, _ in self.phases)
+        return (", ".join(f"{name} {s:.2f} s" + (f" ({note})" if note else "") for name, s, note in self.phases)
+                + f"; {total:.2f} s in all")
 
 
 # -- one grammar for every command --------------------------------------------------------------

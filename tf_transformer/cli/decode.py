@@ -100,7 +100,9 @@ def build_translator(args):
     cfg, decode = decode_settings(args)
     if getattr(args, "engine", "tensorflow") == "ctranslate2":
         vocab = args.vocab or (cfg.data.vocab_model if cfg is not None else None)
-        return cfg, decode, build_ct2_translator(args, decode, vocab)
+        translator = build_ct2_translator(args, decode, vocab)
+        mark(args, "model and vocabulary")
+        return cfg, decode, translator
     threads = getattr(args, "threads", None)
     if threads is None:  # the default: one decoding thread per usable core
         from tf_transformer.data.batching import usable_cores
@@ -110,10 +112,18 @@ def build_translator(args):
     else:
         import_tensorflow(threads)
     model, tok = load_model_and_vocabulary(args, cfg)
+    mark(args, "model and vocabulary")
     translator = Translator(model, tok, beam_size=decode.beam_size, alpha=decode.alpha,
                             max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
                             jit_compile=args.xla, workers=max(threads, 1))
     return cfg, decode, translator
+
+
+def mark(args, phase: str, note: str = "") -> None:
+    """End ``phase`` on ``--timings``' clock (:class:`tf_transformer.cli._common.PhaseClock`)."""
+    clock = getattr(args, "_clock", None)
+    if clock is not None:
+        clock.mark(phase, note)
 
 
 def import_tensorflow(threads: int = 0, required: bool = True) -> None:
@@ -194,6 +204,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_decode_arguments(parser)
     parser.add_argument("--input", default="-", help="input file, one sentence per line (default: - , stdin)")
     parser.add_argument("--output", default="-", help="output file (default: - , stdout)")
+    parser.add_argument("--timings", action="store_true",
+                        help="print where the process's wall-clock time went on stderr: Python start-up, the "
+                             "TensorFlow import, loading the model, tracing the decoding graph, decoding (and "
+                             "when its first batch was done), writing")
     parser.add_argument("--scores", action="store_true",
                         help="write 'score<TAB>translation'. The score is the one the search ranks by: beam "
                              "search (--beam > 1): the length-normalised log-probability log P(Y|X) / "
@@ -207,6 +221,9 @@ def run(args: argparse.Namespace) -> int:
     if args.input != "-" and not os.path.isfile(args.input):
         raise UserError(f"--input {args.input}: no such file")
     _, decode, translator = build_translator(args)  # fails on bad flags before reading stdin
+    if getattr(args, "_clock", None) is not None and hasattr(translator, "trace"):
+        translator.trace()  # otherwise the first batch traces: the same work, timed apart here
+        mark(args, "tracing the decoding graph")
     if args.input == "-":
         data = sys.stdin.buffer.read()
         where = "<stdin>"
@@ -223,10 +240,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"tft translate: warning: {len(bad)} line(s) of {where} had invalid UTF-8 (line {shown}); "
               "bad bytes were replaced with U+FFFD", file=sys.stderr)
 
+    mark(args, "reading the input")
     bar = ProgressBar(len(lines), "translate", enabled=not args.quiet)
     start = time.time()
-    outputs, scores, stats = translator.translate(lines, progress=bar.update)
+    first = []  # when the first decoded batch came back (empty lines are counted first, at once)
+    calls = [0, 1 if any(not line.strip() for line in lines) else 0]
+
+    def progress(n):
+        calls[0] += 1
+        if not first and calls[0] > calls[1]:
+            first.append(time.time() - start)
+        bar.update(n)
+
+    outputs, scores, stats = translator.translate(lines, progress=progress)
     bar.close()
+    mark(args, "decoding", f"first batch done after {first[0]:.2f} s" if first else "")
     if stats.truncated:
         print(f"tft translate: warning: {stats.truncated} line(s) longer than the model limit of "
               f"{translator.limit} tokens were cut to it", file=sys.stderr)
@@ -246,4 +274,7 @@ def run(args: argparse.Namespace) -> int:
     rate = stats.decoded / seconds if seconds > 0 else 0.0
     print(f"tft translate: wrote {len(outputs):,} translations to {dest} ({describe(decode)}; "
           f"{stats.output_tokens:,} output tokens, {seconds:.1f} s, {rate:.1f} sentences/s)", file=sys.stderr)
+    if getattr(args, "_clock", None) is not None:
+        mark(args, "writing")
+        print(f"tft translate: timings: {args._clock.summary()}", file=sys.stderr)
     return 0

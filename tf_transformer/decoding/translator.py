@@ -209,6 +209,12 @@ class Translator:
                                        autograph=False)
         self._bucket = 8 if jit_compile else 1
 
+    def trace(self) -> None:
+        """Trace the decoding graph now rather than in the first batch (the same work; for a
+        caller that times or hides it). Under XLA, which traces per batch shape, nothing."""
+        if self._bucket == 1:
+            self._decode.get_concrete_function()
+
     def translate_ids(self, sources: Sequence[Sequence[int]], progress: Callable[[int], None] | None = None
                       ) -> tuple[list[list[int]], list[float], TranslationStats]:
         """Decode subword-id sources (no BOS/EOS). Returns ``(outputs, scores, stats)`` in

@@ -187,3 +187,32 @@ def test_cli_translate_defaults_to_one_thread_per_usable_core(assets):
                                "--vocab", assets[1], "--beam", "1", "--threads", "1", "--quiet"],
                               input=b"a dog.\nthe girl plays\n", capture_output=True, env=env, timeout=300, check=False)
     assert explicit.returncode == 0 and proc.stdout == explicit.stdout and proc.stdout.count(b"\n") == 2
+
+
+@pytest.mark.slow
+def test_tft_translate_process_exits_at_once_with_its_status_and_every_line_written(assets, tmp_path):
+    # `tft translate` leaves with os._exit after flushing (tf_transformer.cli.entry): the
+    # exit status and the error line on stderr still come out; other commands exit normally.
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run([sys.executable, "-m", "tf_transformer.cli", "translate", "--model",
+                           str(tmp_path / "missing.keras"), "--vocab", str(tmp_path / "v.model")],
+                          input=b"a dog.\n", capture_output=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.decode().strip().endswith(
+        f"tft translate: error: --model {tmp_path / 'missing.keras'}: no such file or directory (expected a run "
+        "directory written by tft train, or a .keras file)"), proc.stderr.decode()[-1000:]
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: print('atexit ran', file=sys.stderr))\n"
+            "sys.argv = ['tft'] + sys.argv[1:]\n"
+            "from tf_transformer.cli import entry\n"
+            "entry()\n")
+    translate = ["translate", "--model", assets[0], "--vocab", assets[1], "--beam", "1", "--threads", "1"]
+    for argv, ran in ((translate, False), (["config", "list"], True)):
+        proc = subprocess.run([sys.executable, "-c", code, *argv], input=b"a dog.\nthe girl plays\n",
+                              capture_output=True, env=env, timeout=300, check=False)
+        assert proc.returncode == 0 and proc.stdout, proc.stderr.decode()[-1000:]
+        assert (b"atexit ran" in proc.stderr) is ran
+    assert proc.stdout.count(b"\n") > 2  # the preset list
+    out = subprocess.run([sys.executable, "-c", code, *translate], input=b"a dog.\nthe girl plays\n",
+                         capture_output=True, env=env, timeout=300, check=False)
+    assert out.stdout.count(b"\n") == 2 and b"wrote 2 translations to stdout" in out.stderr

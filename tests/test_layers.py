@@ -230,7 +230,7 @@ def test_linear_gives_the_bits_of_keras_matmul_with_fewer_graph_ops():
     # and without bias, and "rows" gives the 2-D product.
     import tensorflow as tf
 
-    from tf_transformer.layers.linear import linear
+    from tf_transformer.layers.linear import leading_shape, linear
 
     rng = np.random.default_rng(0)
     w = rng.normal(size=(16, 24)).astype("float32")
@@ -260,3 +260,10 @@ def test_linear_gives_the_bits_of_keras_matmul_with_fewer_graph_ops():
     assert ours.count("MatMul") == theirs.count("MatMul") == 1
     assert not {"GatherV2", "Prod", "Transpose"} & set(ours) and {"GatherV2", "Prod"} <= set(theirs)
     assert len(ours) < len(theirs)
+    assert ours.count("Shape") == 1  # batch and length both unknown: one read of the shape
+    # a decoding step ([batch, 1, d]): the one unknown size is the reshape's -1, no shape op
+    step = tf.TensorSpec([None, 1, 16], tf.float32)
+    graph = tf.function(lambda t: linear(t, w, b), input_signature=[step], autograph=False).get_concrete_function()
+    assert "Shape" not in [n.op for n in graph.graph.as_graph_def().node]
+    assert graph.output_shapes.as_list() == [None, 1, 24]
+    assert leading_shape(np.zeros((2, 3, 4, 5)), (0, 2)) == (2, 4)

@@ -13,7 +13,7 @@ import math
 import keras
 from keras import ops
 
-from tf_transformer.layers.linear import linear
+from tf_transformer.layers.linear import leading_shape, linear
 
 MASK_VALUE = -1e9
 
@@ -138,8 +138,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     # -- pieces, also used by the incremental decoder ----------------------------------
     def _project(self, x, kernel, bias, depth):
-        b, t = ops.shape(x)[:2]
-        y = ops.reshape(linear(x, kernel, bias, lead="rows"), (b, t, self.num_heads, depth))
+        y = ops.reshape(linear(x, kernel, bias, lead="rows"), (*leading_shape(x, 2), self.num_heads, depth))
         return ops.transpose(y, (0, 2, 1, 3))  # [batch, heads, length, depth]
 
     def project_query(self, query):
@@ -153,10 +152,10 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def combine_heads(self, context):
         """``[batch, heads, q, d_v]`` -> ``[batch, q, output_dim]`` through ``W^O``."""
-        shape = ops.shape(context)
+        lead = leading_shape(context, (0, 2))
         x = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (-1, self.num_heads * self.value_dim))
         y = linear(x, self.output_kernel, self.output_bias)
-        return ops.reshape(y, (shape[0], shape[2], y.shape[-1]))
+        return ops.reshape(y, (*lead, y.shape[-1]))
 
     def attend(self, query, key, value, mask=None, training=None):
         """Attention of projected query heads over projected ``key``/``value`` heads."""
@@ -184,12 +183,12 @@ class MultiHeadAttention(keras.layers.Layer):
         sentence batch instead of once per step); the values are the same.
         """
         kernel, bias = projection if projection is not None else self.self_projection()
-        b, t = ops.shape(x)[:2]
+        lead = leading_shape(x, 2)
         y = linear(x, kernel, bias, lead="rows")  # [batch * length, 2 h d_k + h d_v]
         hk = self.num_heads * self.key_dim
 
         def heads(part, depth):
-            return ops.transpose(ops.reshape(part, (b, t, self.num_heads, depth)), (0, 2, 1, 3))
+            return ops.transpose(ops.reshape(part, (*lead, self.num_heads, depth)), (0, 2, 1, 3))
 
         # split, not slicing: the gradient of a split is one concatenation, while each strided
         # slice's gradient writes a zero-filled [batch, length, 3 h d] buffer

@@ -8,7 +8,7 @@ all of its matmuls, so those ops were most of the nodes of the decoding graph: e
 traced, optimised and instantiated when a ``tft translate`` process starts, and the ones
 inside the decoding loop run at every step. :func:`linear` reshapes to ``[rows, d_in]``,
 multiplies, and reshapes back: the same ``MatMul`` on the same operands (so the same
-numbers) with one shape op and two reshapes around it.
+numbers) with two reshapes and at most one shape op around it (:func:`leading_shape`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,24 @@ from __future__ import annotations
 from keras import ops
 
 
-def leading_shape(x):
-    """The sizes of every axis of ``x`` but the last: ints where static, scalar tensors
-    where known only at run time (one shape op for all of them)."""
-    return tuple(ops.shape(x)[:-1])
+def leading_shape(x, axes=None):
+    """The sizes of ``x``'s leading axes as a reshape target: the first ``axes`` of them
+    (default: all but the last), or the axes listed when ``axes`` is a tuple. Static sizes are
+    ints and one size known only at run time is ``-1`` (a reshape infers it), so a
+    ``[batch, 1, d]`` decoding step needs no shape op at all; further run-time sizes are
+    scalar tensors read from one shape op."""
+    if axes is None:
+        axes = len(x.shape) - 1
+    axes = tuple(range(axes)) if isinstance(axes, int) else tuple(axes)
+    sizes = [x.shape[a] for a in axes]
+    unknown = [i for i, size in enumerate(sizes) if size is None]
+    if len(unknown) > 1:
+        dynamic = ops.shape(x)
+        for i in unknown[:-1]:
+            sizes[i] = dynamic[axes[i]]
+    if unknown:
+        sizes[unknown[-1]] = -1
+    return tuple(sizes)
 
 
 def linear(x, kernel, bias=None, lead=None):

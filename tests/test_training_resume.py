@@ -192,3 +192,64 @@ def test_run_from_before_parallel_pipelines_resumes_with_one_pipeline(tmp_path):
     resolve_pipelines_for(two, tmp_path)
     with pytest.raises(RunContractError, match=r"data.parallel_pipelines: 1 -> 2"):
         check_contract(two, tmp_path)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_at_the_update_boundary_with_everything_written_and_resumes_exactly(tmp_path):
+    """SIGTERM after update 5 (two micro-batches per update): fit stops at the end of update
+    6, the backup, a checkpoint and model.keras are of step 6, the handlers are put back,
+    and continuing to 12 gives the weights of a run never stopped."""
+    import signal
+
+    import keras
+
+    from tf_transformer.config import load_config
+    from tf_transformer.training import train
+    from tf_transformer.training.callbacks import current_step, list_checkpoints
+
+    class Preempt(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if current_step(self.model) == 5 and not getattr(self, "sent", False):
+                self.sent = True
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    config = _write_config(tmp_path)
+    straight = train(load_config(str(config)), model_dir=tmp_path / "straight", valid_data=False, verbose=0)
+    vocab = tmp_path / "vocab.model"
+    shutil.copyfile(tmp_path / "straight" / "vocab.model", vocab)
+    config = _write_config(tmp_path, vocab=str(vocab))
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    lines = []
+    stopped = train(load_config(str(config)), model_dir=tmp_path / "run", valid_data=False, verbose=0,
+                    callbacks=[Preempt()], log=lines.append)
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+    assert stopped.stopped_early == "SIGTERM" and stopped.final_step == 6 and stopped.accumulation_steps == 2
+    assert any("SIGTERM received: stopping after the current update" in line for line in lines), lines
+    meta = json.loads((tmp_path / "run" / "backup" / "training_metadata.json").read_text())
+    assert meta["step"] == 6 and (tmp_path / "run" / "model.keras").is_file()
+    assert max(step for step, _ in list_checkpoints(tmp_path / "run" / "checkpoints")) == 6
+    resumed = train(load_config(str(config)), model_dir=tmp_path / "run", valid_data=False, verbose=0)
+    assert (resumed.start_step, resumed.final_step, resumed.stopped_early) == (6, 12, None)
+    assert _max_diff(straight.model.get_weights(), resumed.model.get_weights()) <= 1e-6
+
+
+def test_tft_train_exit_status_says_how_training_stopped(monkeypatch, capsys):
+    import argparse
+
+    from tf_transformer.cli import train as cli_train
+    from tf_transformer.training import loop
+
+    class Result:
+        def __init__(self, why):
+            self.stopped_early = why
+
+        def summary(self):
+            return f"stopped early ({self.stopped_early})"
+
+    args = argparse.Namespace(overrides=[], strategy=None, config="multi30k_tiny", model_dir=None, verbose=0,
+                              allow_config_change=False)
+    for why, status in ((None, 0), ("max_minutes", 0), ("early_stopping", 0), ("nan", 1), ("SIGINT", 130),
+                        ("SIGTERM", 143)):
+        monkeypatch.setattr(loop, "train", lambda cfg, **kw: Result(why))
+        assert cli_train.run_train(args) == status
+        assert capsys.readouterr().out.strip() == f"stopped early ({why})"

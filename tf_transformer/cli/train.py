@@ -11,7 +11,9 @@
 
     tft average --model-dir runs/base --last 5            # -> runs/base/averaged.keras
 
-Re-running the same train command continues a killed run from its last backup. The run
+SIGTERM or Ctrl-C stops training after the current update and writes the backup, a checkpoint
+and model.keras (exit status 143 / 130); a second one stops at once. Re-running the same train
+command continues a stopped or killed run from its last backup. The run
 directory then holds model.keras, config.yaml and vocab.model, which tft translate, evaluate,
 export and plot-attention read from ``--model RUN_DIR``.
 """
@@ -24,9 +26,14 @@ from tf_transformer.cli._common import add_config_arguments, flags, plain
 from tf_transformer.config import STRATEGIES
 from tf_transformer.errors import UserError
 
+STOPPING = ("SIGTERM or Ctrl-C stops training after the current update and writes the backup, a checkpoint and "
+            "model.keras (exit status 143 / 130); a second one stops at once. Re-running the same train command "
+            "continues a stopped or killed run from its last backup.")
+
 
 def configure_train(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = plain(__doc__.split("\n\n", 1)[1].split("\n\n    tft average")[0]) + "\n"
+    parser.epilog = (plain(__doc__.split("\n\n", 1)[1].split("\n\n    tft average")[0]) + "\n\n"
+                     + STOPPING + "\n")
     add_config_arguments(parser, required=True)
     parser.add_argument("--strategy", choices=STRATEGIES, default=None,
                         help="distribution strategy (default: train.strategy of the config, auto)")
@@ -59,7 +66,8 @@ def run_train(args: argparse.Namespace) -> int:
     except RunContractError as e:
         raise RunContractError(e.model_dir, e.differences, override="--allow-config-change") from None
     print(result.summary(), flush=True)
-    return 0 if result.stopped_early != "nan" else 1
+    # stopped by a signal: the shell's status for it (128 + signal number), the run resumable
+    return {"nan": 1, "SIGINT": 130, "SIGTERM": 143}.get(result.stopped_early, 0)
 
 
 def configure_average(parser: argparse.ArgumentParser) -> None:

@@ -261,6 +261,61 @@ class StopAtStep(_UpdateCounting):
                 self.model.stop_training = True
 
 
+class StopOnSignal(_UpdateCounting):
+    """Stop ``fit`` at the next update boundary on SIGTERM or SIGINT (Ctrl-C), so that the
+    run's end-of-training writes (checkpoint, backup, ``model.keras``) happen and a rerun of
+    the same command continues with nothing lost: what a batch scheduler's preemption or a
+    user's Ctrl-C otherwise costs is every update since the last backup.
+
+    The first signal asks for the stop (and is reported); the handlers are then put back, so a
+    second one acts at once as it would have without this callback. Installed for the
+    duration of ``fit`` only, and only from the main thread (where Python delivers
+    signals). :attr:`received` is the signal's name (``"SIGTERM"``/``"SIGINT"``) or None.
+    """
+
+    SIGNALS = ("SIGTERM", "SIGINT")
+
+    def __init__(self, accumulation_steps: int = 1, log: Optional[Callable] = None):
+        super().__init__(accumulation_steps)
+        self.log = log or (lambda msg: print(msg, flush=True))
+        self.received: Optional[str] = None
+        self._previous: dict = {}
+
+    def _handler(self, signum, frame):
+        import signal
+
+        self.received = signal.Signals(signum).name
+        self._restore()
+        again = "Ctrl-C" if signum == signal.SIGINT else self.received
+        self.log(f"train: {self.received} received: stopping after the current update and writing the backup, "
+                 f"checkpoint and model (rerun the same command to continue; {again} again stops at once)")
+
+    def _restore(self):
+        import signal
+
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}
+
+    def on_train_begin(self, logs=None):
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread() or self._previous:
+            return
+        for name in self.SIGNALS:
+            signum = getattr(signal, name, None)
+            if signum is not None:
+                self._previous[signum] = signal.signal(signum, self._handler)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._count_batch() and self.received:
+            self.model.stop_training = True
+
+    def on_train_end(self, logs=None):
+        self._restore()
+
+
 class WallClockBudget(_UpdateCounting):
     """Stop ``fit`` (at an update boundary) after ``max_minutes`` of training time."""
 

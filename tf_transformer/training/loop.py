@@ -95,7 +95,7 @@ class TrainResult:
     accumulation_steps: int
     train_seconds: float  # time inside training batches (no validation, no tracing of the first update)
     target_tokens: float  # real target tokens in those batches
-    stopped_early: Optional[str] = None  # "nan", "max_minutes", "early_stopping" or None
+    stopped_early: Optional[str] = None  # "nan", "max_minutes", "early_stopping", "SIGTERM", "SIGINT" or None
     strategy: str = ""
     training_model: Any = None  # the compiled TrainingModel (optimizer state, evaluate())
     evaluations: list = dataclasses.field(default_factory=list)  # eval.jsonl rows (val_bleu per evaluation)
@@ -299,6 +299,7 @@ class _Callbacks:
     backup: cb.ResumableBackup
     throughput: _Throughput
     budget: Optional[cb.WallClockBudget]
+    signals: Optional[cb.StopOnSignal]
     evaluator: Any  # ValidationBLEU or None (train.eval_bleu_every_steps)
     log_dir: Optional[Path]
     all: list
@@ -468,6 +469,10 @@ def _callbacks(run: _Run, trainer: TrainingModel, backup: cb.ResumableBackup, st
                      checkpoint, backup, throughput]
     if budget:
         all_callbacks.append(budget)
+    # one worker of several cannot stop alone (the others would wait in their collectives)
+    signals = None if is_multiworker(run.strategy) else cb.StopOnSignal(k, log=log)
+    if signals is not None:
+        all_callbacks.append(signals)
     evaluator = _validation_bleu(run, trainer.transformer, log_dir, checkpoint)
     if evaluator is not None:
         evaluator.restore(start_step)
@@ -486,7 +491,7 @@ def _callbacks(run: _Run, trainer: TrainingModel, backup: cb.ResumableBackup, st
         all_callbacks.append(FirstUpdateHeartbeat(heartbeat=beat, what=f"{skipped}input pipeline filling its "
                                                   "first chunk or buffer, training step being traced"))
     all_callbacks.extend(extra)
-    return _Callbacks(checkpoint, backup, throughput, budget, evaluator, log_dir, all_callbacks)
+    return _Callbacks(checkpoint, backup, throughput, budget, signals, evaluator, log_dir, all_callbacks)
 
 
 def _fit(run: _Run, trainer: TrainingModel, steps: _Callbacks, train_fn, valid_fn, validation_steps,
@@ -512,6 +517,8 @@ def _fit(run: _Run, trainer: TrainingModel, steps: _Callbacks, train_fn, valid_f
             history.setdefault(key, []).extend(float(np.asarray(v).reshape(-1)[0]) for v in values)
         if steps.budget is not None and steps.budget.stopped:
             stopped = "max_minutes"
+        if steps.signals is not None and steps.signals.received:
+            stopped = steps.signals.received
         if evaluator is not None and evaluator.stopped:
             stopped = "early_stopping"
         if history.get("loss") and not np.isfinite(history["loss"][-1]):

@@ -260,10 +260,29 @@ def test_linear_gives_the_bits_of_keras_matmul_with_fewer_graph_ops():
     assert ours.count("MatMul") == theirs.count("MatMul") == 1
     assert not {"GatherV2", "Prod", "Transpose"} & set(ours) and {"GatherV2", "Prod"} <= set(theirs)
     assert len(ours) < len(theirs)
-    assert ours.count("Shape") == 1  # batch and length both unknown: one read of the shape
+    assert ours.count("Shape") == 1  # batch and length both unknown: one read of the shape for both
     # a decoding step ([batch, 1, d]): the one unknown size is the reshape's -1, no shape op
     step = tf.TensorSpec([None, 1, 16], tf.float32)
     graph = tf.function(lambda t: linear(t, w, b), input_signature=[step], autograph=False).get_concrete_function()
     assert "Shape" not in [n.op for n in graph.graph.as_graph_def().node]
     assert graph.output_shapes.as_list() == [None, 1, 24]
     assert leading_shape(np.zeros((2, 3, 4, 5)), (0, 2)) == (2, 4)
+
+
+def test_linear_and_attention_keep_the_length_of_an_empty_batch():
+    # MirroredStrategy can hand a replica a batch of 0 sentences: every reshape must keep the
+    # run-time length, which a -1 cannot infer from an empty tensor.
+    import tensorflow as tf
+
+    from tf_transformer.layers import MultiHeadAttention
+    from tf_transformer.layers.linear import linear
+
+    w = np.ones((8, 6), "float32")
+    spec = tf.TensorSpec([None, None, 8], tf.float32)
+    f = tf.function(lambda t: linear(t, w), input_signature=[spec], autograph=False)
+    assert tuple(f(np.zeros((0, 5, 8), "float32")).shape) == (0, 5, 6)
+    mha = MultiHeadAttention(num_heads=2, key_dim=4)
+    mha(np.zeros((1, 3, 8), "float32"))
+    g = tf.function(lambda t: mha(t), input_signature=[spec], autograph=False)
+    assert tuple(g(np.zeros((0, 3, 8), "float32")).shape) == (0, 3, 8)
+    assert tuple(g(np.ones((2, 3, 8), "float32")).shape) == (2, 3, 8)

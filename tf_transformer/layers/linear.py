@@ -19,20 +19,21 @@ from keras import ops
 def leading_shape(x, axes=None):
     """The sizes of ``x``'s leading axes as a reshape target: the first ``axes`` of them
     (default: all but the last), or the axes listed when ``axes`` is a tuple. Static sizes are
-    ints and one size known only at run time is ``-1`` (a reshape infers it), so a
-    ``[batch, 1, d]`` decoding step needs no shape op at all; further run-time sizes are
-    scalar tensors read from one shape op."""
+    ints. When exactly one size is known only at run time it is ``-1`` (the reshape infers it,
+    also when it is 0), so a ``[batch, 1, d]`` decoding step needs no shape op at all; when
+    several are, they are scalar tensors read from one shape op (a ``-1`` could not be
+    inferred from an empty tensor: an empty replica batch of ``MirroredStrategy``)."""
     if axes is None:
         axes = len(x.shape) - 1
     axes = tuple(range(axes)) if isinstance(axes, int) else tuple(axes)
     sizes = [x.shape[a] for a in axes]
     unknown = [i for i, size in enumerate(sizes) if size is None]
-    if len(unknown) > 1:
+    if len(unknown) == 1:
+        sizes[unknown[0]] = -1
+    elif unknown:
         dynamic = ops.shape(x)
-        for i in unknown[:-1]:
+        for i in unknown:
             sizes[i] = dynamic[axes[i]]
-    if unknown:
-        sizes[unknown[-1]] = -1
     return tuple(sizes)
 
 

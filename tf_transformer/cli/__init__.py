@@ -68,11 +68,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def command_of(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names (its first word that is not a flag), or None."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    return command if command in COMMANDS else None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = next((a for a in argv if not a.startswith("-")), None)
-    if command not in COMMANDS:
-        command = None
+    command = command_of(argv)
     quiet_environment()  # before anything can import TensorFlow
     parser = build_parser(command)
     args, extra = parser.parse_known_args(argv)
@@ -129,8 +133,7 @@ def entry() -> None:
     TensorBoard writers, run)."""
     argv = sys.argv[1:]
     code = main(argv)
-    command = next((a for a in argv if not a.startswith("-")), None)
-    if command in EXIT_AT_ONCE:
+    if command_of(argv) in EXIT_AT_ONCE:
         import os
 
         for stream in (sys.stdout, sys.stderr):

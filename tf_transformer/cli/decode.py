@@ -243,12 +243,11 @@ def run(args: argparse.Namespace) -> int:
     mark(args, "reading the input")
     bar = ProgressBar(len(lines), "translate", enabled=not args.quiet)
     start = time.time()
-    first = []  # when the first decoded batch came back (empty lines are counted first, at once)
-    calls = [0, 1 if any(not line.strip() for line in lines) else 0]
+    first = []  # when the first decoded batch came back
+    empty = sum(1 for line in lines if not line.strip())  # counted first, at once, never decoded
 
     def progress(n):
-        calls[0] += 1
-        if not first and calls[0] > calls[1]:
+        if not first and bar.done >= empty:
             first.append(time.time() - start)
         bar.update(n)
 

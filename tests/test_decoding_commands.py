@@ -141,6 +141,31 @@ def test_cli_translate_stdin_stdout(assets):
     assert 0 < first <= parts[5] + 0.01, line
 
 
+def test_decoding_environment_only_for_the_decoding_commands_and_never_over_the_users():
+    # quiet_environment(command) (run by main before anything imports TensorFlow): oneDNN off
+    # for translate and evaluate, untouched for training, a user's own value kept; nothing at
+    # all once TensorFlow is imported. A fresh process, since this one has TensorFlow.
+    code = ("import os, sys\n"
+            "from tf_transformer.cli._quiet import quiet_environment\n"
+            "assert 'tensorflow' not in sys.modules\n"
+            "seen = []\n"
+            "for command, user in (('train', None), ('config', None), ('translate', None), ('evaluate', None),"
+            " ('translate', '1')):\n"
+            "    os.environ.pop('TF_ENABLE_ONEDNN_OPTS', None)\n"
+            "    if user: os.environ['TF_ENABLE_ONEDNN_OPTS'] = user\n"
+            "    quiet_environment(command)\n"
+            "    seen.append(os.environ.get('TF_ENABLE_ONEDNN_OPTS'))\n"
+            "os.environ.pop('TF_ENABLE_ONEDNN_OPTS')\n"
+            "sys.modules['tensorflow'] = object()\n"
+            "quiet_environment('translate')\n"
+            "seen.append(os.environ.get('TF_ENABLE_ONEDNN_OPTS'))\n"
+            "print(seen)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert proc.stdout.decode().strip() == "[None, None, '0', '0', '1', None]"
+
+
 def test_import_tensorflow_skips_matplotlib_and_sets_threads():
     # In a fresh process: TensorFlow (and Keras) imported without matplotlib, TensorFlow's
     # thread pools set, and matplotlib importable as usual afterwards.
@@ -162,7 +187,8 @@ def test_import_tensorflow_skips_matplotlib_and_sets_threads():
 @pytest.mark.slow
 def test_cli_translate_defaults_to_one_thread_per_usable_core(assets):
     # Without --threads: one decoding thread per core of the affinity mask (here 1 or 2 of
-    # them), one thread per op; the same output as an explicit --threads 1.
+    # them), one thread per op; the same output as an explicit --threads 1. TensorFlow runs
+    # without oneDNN unless the user's environment asks for it, with the same output.
     cores = sorted(os.sched_getaffinity(0))[:2] if hasattr(os, "sched_getaffinity") else None
     if not cores:
         pytest.skip("no CPU affinity on this platform")
@@ -173,16 +199,24 @@ def test_cli_translate_defaults_to_one_thread_per_usable_core(assets):
             f"code = main(['translate', '--model', {assets[0]!r}, '--vocab', {assets[1]!r}, '--beam', '1',"
             " '--quiet'])\n"
             "import tensorflow as tf\n"
+            "from tensorflow.python.util import _pywrap_util_port\n"
             "print('threads', tf.config.threading.get_intra_op_parallelism_threads(),"
             " tf.config.threading.get_inter_op_parallelism_threads(), code, file=sys.stderr)\n"
+            "print('onednn', _pywrap_util_port.IsMklEnabled(), file=sys.stderr)\n"
             # the whole `tft translate` path (main imports TensorFlow before the command runs)
             # leaves matplotlib unimported
             "print('matplotlib imported:', 'matplotlib' in sys.modules, file=sys.stderr)\n")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow")
+    env.pop("TF_ENABLE_ONEDNN_OPTS", None)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     assert f"threads 1 {len(cores)} 0" in proc.stderr.decode()
+    assert "onednn False" in proc.stderr.decode()
     assert "matplotlib imported: False" in proc.stderr.decode()
+    onednn = subprocess.run([sys.executable, "-c", code], capture_output=True, env=dict(env, TF_ENABLE_ONEDNN_OPTS="1"),
+                            timeout=300, check=False)
+    assert onednn.returncode == 0 and "onednn True" in onednn.stderr.decode(), onednn.stderr.decode()[-2000:]
+    assert onednn.stdout == proc.stdout
     explicit = subprocess.run([sys.executable, "-m", "tf_transformer.cli", "translate", "--model", assets[0],
                                "--vocab", assets[1], "--beam", "1", "--threads", "1", "--quiet"],
                               input=b"a dog.\nthe girl plays\n", capture_output=True, env=env, timeout=300, check=False)

@@ -77,7 +77,7 @@ def command_of(argv: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = command_of(argv)
-    quiet_environment()  # before anything can import TensorFlow
+    quiet_environment(command)  # before anything can import TensorFlow
     parser = build_parser(command)
     args, extra = parser.parse_known_args(argv)
     if extra:

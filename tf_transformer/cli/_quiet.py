@@ -23,10 +23,38 @@ NOISE = tuple(re.compile(p) for p in (
 ))
 
 
-def quiet_environment() -> None:
-    """The log level TensorFlow reads when it is imported (a user's own setting wins)."""
+#: Commands that do nothing with TensorFlow but decode (and score) sentences.
+DECODING_COMMANDS = ("translate", "evaluate")
+
+#: What a process that only decodes sets before TensorFlow is imported (a user's own value wins).
+#: ``TF_ENABLE_ONEDNN_OPTS=0``: TensorFlow's own (Eigen) CPU kernels instead of oneDNN's. oneDNN
+#: compiles a kernel the first time it meets a shape, and a decoding loop meets over a thousand
+#: (batches shrink as sentences finish, the key/value cache grows by a position per step): a
+#: greedy pass over test2016 meets 1,492 matmul/softmax shapes, the first call of one took
+#: 4-90 ms against 0.03-0.07 ms warm. Without oneDNN, a fresh ``tft translate`` spends about
+#: half as much CPU time over a warm pass, the warm pass itself is no slower, and the outputs
+#: are the same (tools/bench/RESULTS.md, issue 15's sixth round). Training keeps oneDNN: its
+#: few large shapes repeat every step.
+DECODING_ENVIRONMENT = {"TF_ENABLE_ONEDNN_OPTS": "0"}
+
+
+def quiet_environment(command: str | None = None) -> None:
+    """The log level TensorFlow reads when it is imported (a user's own setting wins), and
+    :data:`DECODING_ENVIRONMENT` for the :data:`DECODING_COMMANDS`."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    if command in DECODING_COMMANDS:
+        decoding_environment()
+
+
+def decoding_environment() -> None:
+    """Set :data:`DECODING_ENVIRONMENT` where the user has not. Nothing once TensorFlow is
+    imported (it has read its environment by then, and the variables would only reach the
+    processes this one starts): call it first in a process that only decodes."""
+    if "tensorflow" in sys.modules:
+        return
+    for name, value in DECODING_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
 
 
 def is_noise(line: str) -> bool:

@@ -32,7 +32,9 @@ Three measurements, each after one untimed warm-up call (tracing):
 5. **Whole process** (``--process``): ``tft translate`` of the test set as a subprocess,
    for each engine: wall time and CPU time (the child's user + system).
 
-``--tf-threads N`` decodes N batches at once, one thread each (ours, in this process, and
+Ours runs as ``tft translate`` does: under its decoding environment (TensorFlow without oneDNN,
+``tf_transformer.cli._quiet.DECODING_ENVIRONMENT``) unless the environment sets
+``TF_ENABLE_ONEDNN_OPTS`` itself. ``--tf-threads N`` decodes N batches at once, one thread each (ours, in this process, and
 the ``tft translate --threads N`` processes); ``--ct2-threads`` and ``--ct2-int8-threads``
 set CTranslate2's intra-op threads.
 
@@ -380,6 +382,9 @@ def machine() -> dict:
 
 def main(argv=None):
     args = parse_args(argv)
+    from tf_transformer.cli._quiet import decoding_environment
+
+    decoding_environment()  # ours decodes as `tft translate` does (set TF_ENABLE_ONEDNN_OPTS=1 for oneDNN)
     if args.tf_threads:
         from tf_transformer.decoding.translator import set_cpu_threads
 

@@ -11,8 +11,13 @@ With ``--before DIR`` each round first runs the same command from the checkout i
 (``python -m tf_transformer.cli`` with DIR first on the path, same interpreter, and
 ``--before-pythonpath`` before it), for a
 before/after in one run on one machine; its phases are shown where that tree has ``--timings``.
-Then the warm pass: in this process, the same :class:`Translator` setting (one decoding
-thread per usable core), one untimed pass, then ``--warm-rounds`` timed passes (median).
+``--before-env NAME=VALUE`` (repeatable) sets environment variables for the before processes
+only (with or without ``--before``: the same tree under another environment, e.g.
+``TF_ENABLE_ONEDNN_OPTS=1``).
+Then the warm passes, one per side, each in a process of its own with that side's tree and
+environment (the decoding environment ``tft translate`` sets for itself included): the same
+:class:`Translator` setting (one decoding thread per usable core), one untimed pass, then
+``--warm-rounds`` timed passes (median). Each side's ratio is to its own warm pass.
 
 Reported per beam size: the medians over the rounds, and whole process / warm pass (the
 issue-15 goal: within 2x). Identical outputs before and after are checked when ``--before``
@@ -52,20 +57,34 @@ def parse_args(argv=None):
     p.add_argument("--before-pythonpath", default="", metavar="PATHS",
                    help="put first on PYTHONPATH for the --before runs only (e.g. a directory holding the "
                         "older version of a dependency, installed there with pip install --target)")
+    p.add_argument("--before-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="an environment variable for the before processes only (repeatable)")
     p.add_argument("--json", default=None)
-    return p.parse_args(argv)
+    p.add_argument("--warm-only", default=None, metavar="JSON", help=argparse.SUPPRESS)  # one side's warm pass
+    args = p.parse_args(argv)
+    for item in args.before_env:
+        if "=" not in item:
+            p.error(f"--before-env {item}: expected NAME=VALUE")
+    return args
 
 
 PHASE = re.compile(r"(?:^|, )([a-zA-Z][^,;(]*?) (\d+\.\d\d) s")
 
 
-def one_process(args, source: str, beam: int, out: str, tree: str | None, extra_path: str = "") -> dict:
+def side_env(tree: str | None, extra_path: str = "", overrides: dict | None = None) -> dict:
+    """The environment of one side's processes: its tree (and ``extra_path``) first on the path."""
+    env = dict(os.environ, **(overrides or {}))
+    if tree:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, tree, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def one_process(args, source: str, beam: int, out: str, tree: str | None, extra_path: str = "",
+                overrides: dict | None = None) -> dict:
     cmd = [sys.executable, "-m", "tf_transformer.cli", "translate", "--model", args.model, "--vocab", args.vocab,
            "--input", source, "--output", out, "--beam", str(beam), "--alpha", str(args.alpha), "--quiet",
            "--timings"]
-    env = dict(os.environ)
-    if tree:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (extra_path, tree, env.get("PYTHONPATH", "")) if p)
+    env = side_env(tree, extra_path, overrides)
     before = os.times()
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=tree or ROOT, env=env, capture_output=True, text=True, check=False)
@@ -84,7 +103,30 @@ def one_process(args, source: str, beam: int, out: str, tree: str | None, extra_
             + (after.children_system - before.children_system), "phases": phases}
 
 
+def warm_pass_process(args, source: str, beams, tree: str | None, extra_path: str = "",
+                      overrides: dict | None = None) -> dict:
+    """:func:`warm_pass` in a process of its own, with one side's tree and environment."""
+    out = os.path.join(os.path.dirname(source), f"warm-{len(os.listdir(os.path.dirname(source)))}.json")
+    cmd = [sys.executable, os.path.abspath(__file__), "--model", args.model, "--vocab", args.vocab,
+           "--input", source, "--beams", ",".join(map(str, beams)), "--alpha", str(args.alpha),
+           "--warm-rounds", str(args.warm_rounds), "--warm-only", out]
+    proc = subprocess.run(cmd, cwd=tree or ROOT, env=side_env(tree, extra_path, overrides), capture_output=True,
+                          text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    with open(out, encoding="utf-8") as f:
+        return {int(b): v for b, v in json.load(f).items()}
+
+
 def warm_pass(args, lines, beams) -> dict:
+    """The warm passes in this process, under the decoding environment ``tft translate`` sets
+    for itself (where the tree on the path has one: an older tree may not)."""
+    try:
+        from tf_transformer.cli._quiet import decoding_environment
+    except ImportError:
+        pass
+    else:
+        decoding_environment()
     from tf_transformer.cli.decode import import_tensorflow
     from tf_transformer.data.batching import usable_cores
     from tf_transformer.decoding.translator import Translator, load_tokenizer
@@ -113,41 +155,50 @@ def main(argv=None) -> None:
     opener = gzip.open if args.input.endswith(".gz") else open
     with opener(args.input, "rt", encoding="utf-8") as f:
         lines = f.read().splitlines()
+    if args.warm_only:
+        with open(args.warm_only, "w", encoding="utf-8") as f:
+            json.dump(warm_pass(args, lines, beams), f)
+        return
     work = tempfile.mkdtemp(prefix="translate_startup.")
     source = os.path.join(work, "input.txt")
     with open(source, "w", encoding="utf-8") as f:
         f.write("".join(line + "\n" for line in lines))
-    trees = ([("before", os.path.abspath(args.before))] if args.before else []) + [("after", None)]
-    runs: dict = {(label, b): [] for label, _ in trees for b in beams}
+    before_env = dict(item.split("=", 1) for item in args.before_env)
+    compare = bool(args.before or before_env)
+    # (label, tree, extra path, environment overrides)
+    sides = ([("before", os.path.abspath(args.before) if args.before else None, args.before_pythonpath, before_env)]
+             if compare else []) + [("after", None, "", {})]
+    runs: dict = {(label, b): [] for label, *_ in sides for b in beams}
     for r in range(args.rounds):
         for beam in beams:
-            for label, tree in trees:
-                res = one_process(args, source, beam, os.path.join(work, f"{label}.{beam}.out"), tree,
-                                  args.before_pythonpath if tree else "")
+            for label, tree, extra, env in sides:
+                res = one_process(args, source, beam, os.path.join(work, f"{label}.{beam}.out"), tree, extra, env)
                 runs[(label, beam)].append(res)
                 print(f"round {r + 1} beam {beam} {label}: {res['wall']:.2f} s wall, {res['cpu']:.1f} CPU-s",
                       file=sys.stderr, flush=True)
-    warm = warm_pass(args, lines, beams)
+    warm = {label: warm_pass_process(args, source, beams, tree, extra, env) for label, tree, extra, env in sides}
     from decode_throughput import machine
 
     report = {"machine": machine(), "model": args.model, "sentences": len(lines), "rounds": args.rounds,
-              "results": {}}
+              "before": {"tree": args.before, "env": before_env} if compare else None, "results": {}}
     for beam in beams:
-        for label, _ in trees:
+        for label, *_ in sides:
             rs = runs[(label, beam)]
             names = list(rs[-1]["phases"])
             med = {n: statistics.median(x["phases"].get(n, 0.0) for x in rs) for n in names}
             wall = statistics.median(x["wall"] for x in rs)
-            ratio = wall / warm[beam]["median"]
+            w = warm[label][beam]["median"]
+            ratio = wall / w
             report["results"][f"{label} beam{beam}"] = {
                 "wall": [round(x["wall"], 2) for x in rs], "wall_median": round(wall, 2),
                 "cpu_median": round(statistics.median(x["cpu"] for x in rs), 2),
                 "phases_median": {n: round(v, 2) for n, v in med.items()},
-                "warm_pass": round(warm[beam]["median"], 2), "process_over_warm": round(ratio, 2)}
+                "warm_pass": [round(x, 2) for x in warm[label][beam]["seconds"]], "warm_median": round(w, 2),
+                "process_over_warm": round(ratio, 2)}
             shown = ", ".join(f"{n} {v:.2f}" for n, v in med.items())
             print(f"beam {beam} {label}: whole process {wall:.2f} s (median of {len(rs)}), warm pass "
-                  f"{warm[beam]['median']:.2f} s, ratio {ratio:.2f}x" + (f"; phases: {shown}" if shown else ""))
-        if args.before:
+                  f"{w:.2f} s, ratio {ratio:.2f}x" + (f"; phases: {shown}" if shown else ""))
+        if compare:
             same = open(os.path.join(work, f"before.{beam}.out"), "rb").read() == \
                 open(os.path.join(work, f"after.{beam}.out"), "rb").read()
             report["results"][f"identical beam{beam}"] = same

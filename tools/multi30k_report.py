@@ -167,6 +167,14 @@ def decode_and_score(run: Path, name: str, model_path: Path, tokenizer, splits, 
     return results
 
 
+def choose_on_val(results: dict, beams) -> tuple[str, int]:
+    """The ``(weight set, beam)`` whose **val** lowercased Moses-tokenized BLEU is highest;
+    test2016 scores play no part. A tie goes to the first in ``results``' order, then to the
+    first of ``beams``. ``results``: ``{name: {(split, beam): {"scores": {...}}}}``."""
+    candidates = [(name, beam) for name in results for beam in beams]
+    return max(candidates, key=lambda nb: results[nb[0]][("val", nb[1])]["scores"]["bleu_lc_moses"])
+
+
 def plot_curve(rows, path: Path) -> None:
     import matplotlib
 
@@ -226,9 +234,7 @@ def main(argv=None) -> int:
     eval_seconds = time.time() - started
     plot_curve(rows, out_dir / "learning-curve.png")
 
-    # Selection on val only.
-    chosen = max(((n, b) for n in results for b in beams), key=lambda nb: results[nb[0]][("val", nb[1])]
-                 ["scores"]["bleu_lc_moses"])
+    chosen = choose_on_val(results, beams)
     test = results[chosen[0]][("test2016", chosen[1])]
     last = rows[-1]
     decode_minutes = sum(r.get("eval_seconds", 0.0) for r in rows) / 60.0

@@ -34,8 +34,8 @@ Three measurements, each after one untimed warm-up call (tracing):
 
 Ours runs as ``tft translate`` does: under its decoding environment (TensorFlow without oneDNN,
 ``tf_transformer.cli._quiet.DECODING_ENVIRONMENT``) unless the environment sets
-``TF_ENABLE_ONEDNN_OPTS`` itself. ``--tf-threads N`` decodes N batches at once, one thread each (ours, in this process, and
-the ``tft translate --threads N`` processes); ``--ct2-threads`` and ``--ct2-int8-threads``
+``TF_ENABLE_ONEDNN_OPTS`` itself. ``--tf-threads N`` decodes N batches at once, one thread each
+(ours, in this process, and the ``tft translate --threads N`` processes); ``--ct2-threads`` and ``--ct2-int8-threads``
 set CTranslate2's intra-op threads.
 
 Every timed figure is given as wall sentences/s and as sentences per CPU-second (the

@@ -103,10 +103,10 @@ def one_process(args, source: str, beam: int, out: str, tree: str | None, extra_
             + (after.children_system - before.children_system), "phases": phases}
 
 
-def warm_pass_process(args, source: str, beams, tree: str | None, extra_path: str = "",
+def warm_pass_process(args, source: str, beams, label: str, tree: str | None, extra_path: str = "",
                       overrides: dict | None = None) -> dict:
-    """:func:`warm_pass` in a process of its own, with one side's tree and environment."""
-    out = os.path.join(os.path.dirname(source), f"warm-{len(os.listdir(os.path.dirname(source)))}.json")
+    """:func:`warm_pass` in a process of its own, with side ``label``'s tree and environment."""
+    out = os.path.join(os.path.dirname(source), f"warm-{label}.json")
     cmd = [sys.executable, os.path.abspath(__file__), "--model", args.model, "--vocab", args.vocab,
            "--input", source, "--beams", ",".join(map(str, beams)), "--alpha", str(args.alpha),
            "--warm-rounds", str(args.warm_rounds), "--warm-only", out]
@@ -176,7 +176,7 @@ def main(argv=None) -> None:
                 runs[(label, beam)].append(res)
                 print(f"round {r + 1} beam {beam} {label}: {res['wall']:.2f} s wall, {res['cpu']:.1f} CPU-s",
                       file=sys.stderr, flush=True)
-    warm = {label: warm_pass_process(args, source, beams, tree, extra, env) for label, tree, extra, env in sides}
+    warm = {label: warm_pass_process(args, source, beams, label, tree, extra, env) for label, tree, extra, env in sides}
     from decode_throughput import machine
 
     report = {"machine": machine(), "model": args.model, "sentences": len(lines), "rounds": args.rounds,

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-REPORT = Path(__file__).resolve().parents[1] / "tools" / "multi30k_report.py"
+from helpers.tools import load_tool
 
 
 @pytest.fixture(scope="module")
 def report():
-    spec = importlib.util.spec_from_file_location("multi30k_report", REPORT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("multi30k_report")
 
 
 def scored(val: dict, test: dict) -> dict:

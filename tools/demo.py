@@ -105,6 +105,7 @@ def _run(args, load_config) -> int:
     model_dir = Path(args.model_dir)
     if args.fresh and model_dir.exists():
         shutil.rmtree(model_dir)
+    bf16 = cpu_has_bf16()
     overrides = [
         f"train.model_dir={model_dir}",
         f"train.max_minutes={args.minutes}",
@@ -112,10 +113,10 @@ def _run(args, load_config) -> int:
         f"train.average_last={args.average}",
         f"data.vocab_model={model_dir / 'spm.model'}",
         *DEMO_OVERRIDES,
-        *(BF16_OVERRIDES if cpu_has_bf16() else ()),
+        *(BF16_OVERRIDES if bf16 else ()),
     ] + list(args.set)
     cfg = load_config(args.config, overrides)
-    if cpu_has_bf16():
+    if bf16:
         _say(f"demo: this CPU multiplies bfloat16 natively: training with train.mixed_precision="
              f"{cfg.train.mixed_precision} (--set train.mixed_precision=float32 to train in float32)")
 

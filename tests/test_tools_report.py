@@ -11,12 +11,12 @@ def report():
     return load_tool("multi30k_report")
 
 
-def scored(val: dict, test: dict) -> dict:
-    """``{(split, beam): {"scores": {"bleu_lc_moses": x}}}`` from ``{beam: x}`` per split."""
+def scored(val: dict, test: dict, alpha: float = 0.6) -> dict:
+    """``{(split, beam, alpha): {"scores": {"bleu_lc_moses": x}}}`` from ``{beam: x}`` per split."""
     out = {}
     for split, by_beam in (("val", val), ("test2016", test)):
         for beam, value in by_beam.items():
-            out[(split, beam)] = {"scores": {"bleu_lc_moses": value, "sacrebleu": value - 0.3}}
+            out[(split, beam, alpha)] = {"scores": {"bleu_lc_moses": value, "sacrebleu": value - 0.3}}
     return out
 
 
@@ -26,18 +26,43 @@ def test_choice_follows_val_and_ignores_test(report):
         "average of last 5": scored({4: 38.0, 5: 37.9}, {4: 39.1, 5: 39.0}),  # best on val
         "best (best-4200)": scored({4: 36.6, 5: 36.7}, {4: 40.0, 5: 40.1}),
     }
-    assert report.choose_on_val(results, [4, 5]) == ("average of last 5", 4)
+    assert report.choose_on_val(results, [4, 5], [0.6]) == ("average of last 5", 4, 0.6)
     # raising every test score of another set changes nothing; raising its val score does
     results["final"] = scored({4: 37.4, 5: 37.5}, {4: 99.0, 5: 99.0})
-    assert report.choose_on_val(results, [4, 5]) == ("average of last 5", 4)
+    assert report.choose_on_val(results, [4, 5], [0.6]) == ("average of last 5", 4, 0.6)
     results["final"] = scored({4: 37.4, 5: 38.2}, {4: 0.0, 5: 0.0})
-    assert report.choose_on_val(results, [4, 5]) == ("final", 5)
+    assert report.choose_on_val(results, [4, 5], [0.6]) == ("final", 5, 0.6)
 
 
-def test_choice_ties_go_to_the_first_set_and_beam(report):
+def test_choice_covers_alpha_and_ignores_test(report):
+    results = {"final": {**scored({4: 38.0, 5: 38.1}, {4: 45.0, 5: 45.0}, alpha=0.6),
+                         **scored({4: 38.4, 5: 38.3}, {4: 30.0, 5: 30.0}, alpha=1.4)}}
+    assert report.choose_on_val(results, [4, 5], [0.6, 1.4]) == ("final", 4, 1.4)
+    # the alphas offered bound the choice
+    assert report.choose_on_val(results, [4, 5], [0.6]) == ("final", 5, 0.6)
+
+
+def test_choice_ties_go_to_the_first_set_beam_and_alpha(report):
     results = {"a": scored({4: 30.0, 5: 30.0}, {4: 1.0, 5: 2.0}), "b": scored({4: 30.0, 5: 30.0}, {4: 3.0, 5: 4.0})}
-    assert report.choose_on_val(results, [4, 5]) == ("a", 4)
-    assert report.choose_on_val(results, [5, 4]) == ("a", 5)
+    assert report.choose_on_val(results, [4, 5], [0.6]) == ("a", 4, 0.6)
+    assert report.choose_on_val(results, [5, 4], [0.6]) == ("a", 5, 0.6)
+    tied = {"a": {**scored({4: 30.0}, {4: 1.0}, alpha=1.0), **scored({4: 30.0}, {4: 2.0}, alpha=0.6)}}
+    assert report.choose_on_val(tied, [4], [1.0, 0.6]) == ("a", 4, 1.0)
+
+
+def test_alphas_parsed_with_the_runs_alpha_by_default(report):
+    assert report.parse_alphas(None, 0.6) == [0.6, 1.0, 1.4]
+    assert report.parse_alphas(None, 1.0) == [1.0, 1.4]
+    assert report.parse_alphas("1.2, 0.6,1.2", 0.6) == [1.2, 0.6]
+    for bad in ("0.6,x", "-1", ","):
+        with pytest.raises(SystemExit, match="--alphas"):
+            report.parse_alphas(bad, 0.6)
+
+
+def test_length_ratio_read_from_the_bleu_detail(report):
+    meta = {"details": {"bleu_lc_moses": "72.5/49.3/35.7/25.9 (BP=0.936 ratio=0.938 hyp_len=12038 ref_len=12828)"}}
+    assert report.length_ratio(meta) == "0.938"
+    assert report.length_ratio({}) == ""  # caches written before the details were recorded
 
 
 def test_run_on_count(report):

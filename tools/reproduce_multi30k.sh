@@ -4,10 +4,12 @@
 #   1. train `multi30k_tiny` (builds the shared 10k BPE vocabulary first), with greedy BLEU
 #      on the whole validation set every 100 updates and early stopping (patience 10);
 #   2. average the last 10 checkpoints (= the last 10 evaluation points) and the last 5;
-#   3. translate val and test2016 with beam 4 and beam 5 with the final, the best-on-val
-#      and both averaged weight sets, score them (sacreBLEU, chrF2, lowercased Moses-
-#      tokenized BLEU, ...), pick the weight set and beam by val only, and write
-#      report.md + learning-curve.png into the run directory.
+#   3. translate val with beam 4 and beam 5 and length penalties 0.6, 1.0 and 1.4 with the
+#      final, the best-on-val and both averaged weight sets; pick the weight set, beam and
+#      alpha by val lowercased Moses-tokenized BLEU only; translate test2016 with each
+#      weight set and beam at the chosen alpha and at 0.6; score everything (sacreBLEU,
+#      chrF2, lowercased Moses-tokenized BLEU, ...) and write report.md +
+#      learning-curve.png into the run directory.
 # Every step is resumable: rerun the same command after an interruption and it continues
 # (training from its last backup; finished steps are skipped).
 #

@@ -166,6 +166,20 @@ def test_decoding_environment_only_for_the_decoding_commands_and_never_over_the_
     assert proc.stdout.decode().strip() == "[None, None, '0', '0', '1', None]"
 
 
+def test_public_decoding_environment_imports_no_tensorflow():
+    # tf_transformer.decoding.decoding_environment is what scripts that only decode call first:
+    # importing it must not import TensorFlow (which would read its environment too early).
+    code = ("import os, sys\n"
+            "from tf_transformer.decoding import DECODING_ENVIRONMENT, decoding_environment\n"
+            "assert 'tensorflow' not in sys.modules, 'imported TensorFlow'\n"
+            "decoding_environment()\n"
+            "print(DECODING_ENVIRONMENT, os.environ.get('TF_ENABLE_ONEDNN_OPTS'))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    assert proc.stdout.decode().strip() == "{'TF_ENABLE_ONEDNN_OPTS': '0'} 0"
+
+
 def test_import_tensorflow_skips_matplotlib_and_sets_threads():
     # In a fresh process: TensorFlow (and Keras) imported without matplotlib, TensorFlow's
     # thread pools set, and matplotlib importable as usual afterwards.

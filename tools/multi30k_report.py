@@ -241,7 +241,7 @@ def plot_curve(rows, path: Path) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tf_transformer.cli._quiet import decoding_environment
+    from tf_transformer.decoding import decoding_environment
 
     decoding_environment()  # this process only decodes: as tft translate/evaluate do (same outputs)
     from tf_transformer.config import load_config

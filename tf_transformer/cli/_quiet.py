@@ -9,6 +9,8 @@ import os
 import re
 import sys
 
+from tf_transformer.decoding.environment import decoding_environment
+
 #: Lines TensorFlow writes at import on a machine without a GPU that carry no information for a
 #: ``tft`` user (each matched as a whole line).
 NOISE = tuple(re.compile(p) for p in (
@@ -26,35 +28,14 @@ NOISE = tuple(re.compile(p) for p in (
 #: Commands that do nothing with TensorFlow but decode (and score) sentences.
 DECODING_COMMANDS = ("translate", "evaluate")
 
-#: What a process that only decodes sets before TensorFlow is imported (a user's own value wins).
-#: ``TF_ENABLE_ONEDNN_OPTS=0``: TensorFlow's own (Eigen) CPU kernels instead of oneDNN's. A greedy
-#: pass over test2016 meets about 1,500 matmul and softmax shapes (batches shrink as sentences
-#: finish, the key/value cache grows by a position per step), and oneDNN prepares a kernel the
-#: first time it meets each; at these small sizes it does not win that back. Measured on a
-#: 2-core CPU: warm test2016 passes of the demo model 1.78x (greedy) and 1.38x (beam 4) faster,
-#: of the Transformer-Tiny model 1.23x / 1.11x, whole ``tft translate`` processes 14-18% shorter
-#: with the demo model, the same outputs (tools/bench/RESULTS.md, issue 15, sixth round).
-#: Training keeps oneDNN.
-DECODING_ENVIRONMENT = {"TF_ENABLE_ONEDNN_OPTS": "0"}
-
-
 def quiet_environment(command: str | None = None) -> None:
     """The log level TensorFlow reads when it is imported (a user's own setting wins), and
-    :data:`DECODING_ENVIRONMENT` for the :data:`DECODING_COMMANDS`."""
+    the decoding environment (:data:`tf_transformer.decoding.DECODING_ENVIRONMENT`, oneDNN off) for the
+    :data:`DECODING_COMMANDS`."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     if command in DECODING_COMMANDS:
         decoding_environment()
-
-
-def decoding_environment() -> None:
-    """Set :data:`DECODING_ENVIRONMENT` where the user has not. Nothing once TensorFlow is
-    imported (it has read its environment by then, and the variables would only reach the
-    processes this one starts): call it first in a process that only decodes."""
-    if "tensorflow" in sys.modules:
-        return
-    for name, value in DECODING_ENVIRONMENT.items():
-        os.environ.setdefault(name, value)
 
 
 def is_noise(line: str) -> bool:

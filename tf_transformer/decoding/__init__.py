@@ -7,6 +7,7 @@ batch translator behind ``tft translate``.
     from tf_transformer.decoding import beam_search, greedy_search, translate_batch, Translator
     ids, scores = translate_batch(model, source_ids, beam_size=4, alpha=0.6, max_extra_length=50)
     translate(model, ["A dog runs."], tokenizer, beam_size=4)     # -> ["Ein Hund rennt."]
+    decoding_environment()   # first thing in a process that only decodes (oneDNN off; no TensorFlow import)
 
 Names are imported on first use (TensorFlow loads only then).
 """
@@ -24,9 +25,12 @@ _EXPORTS = {
     "translate_batch": "model_fns",
     "Translator": "translator",
     "translate": "translator",
+    "decoding_environment": "environment",
+    "DECODING_ENVIRONMENT": "environment",
 }
 
-__all__ = ["Translator", "beam_search", "cached_decoder", "greedy_search", "length_penalty", "translate",
+__all__ = ["DECODING_ENVIRONMENT", "Translator", "beam_search", "cached_decoder", "decoding_environment",
+           "greedy_search", "length_penalty", "translate",
            "translate_batch", "uncached_decoder"]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

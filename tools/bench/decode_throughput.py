@@ -33,7 +33,7 @@ Three measurements, each after one untimed warm-up call (tracing):
    for each engine: wall time and CPU time (the child's user + system).
 
 Ours runs as ``tft translate`` does: under its decoding environment (TensorFlow without oneDNN,
-``tf_transformer.cli._quiet.DECODING_ENVIRONMENT``) unless the environment sets
+``tf_transformer.decoding.DECODING_ENVIRONMENT``) unless the environment sets
 ``TF_ENABLE_ONEDNN_OPTS`` itself. ``--tf-threads N`` decodes N batches at once, one thread each
 (ours, in this process, and the ``tft translate --threads N`` processes); ``--ct2-threads`` and ``--ct2-int8-threads``
 set CTranslate2's intra-op threads.
@@ -382,7 +382,7 @@ def machine() -> dict:
 
 def main(argv=None):
     args = parse_args(argv)
-    from tf_transformer.cli._quiet import decoding_environment
+    from tf_transformer.decoding import decoding_environment
 
     decoding_environment()  # ours decodes as `tft translate` does (set TF_ENABLE_ONEDNN_OPTS=1 for oneDNN)
     if args.tf_threads:

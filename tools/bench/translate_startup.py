@@ -122,7 +122,7 @@ def warm_pass(args, lines, beams) -> dict:
     """The warm passes in this process, under the decoding environment ``tft translate`` sets
     for itself (where the tree on the path has one: an older tree may not)."""
     try:
-        from tf_transformer.cli._quiet import decoding_environment
+        from tf_transformer.decoding import decoding_environment
     except ImportError:
         pass
     else:

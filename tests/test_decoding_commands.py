@@ -1,5 +1,6 @@
 """`tft translate` and the Translator: order restored, empty lines, truncation, invalid UTF-8."""
 
+import json
 import os
 import re
 import subprocess
@@ -264,3 +265,16 @@ def test_tft_translate_process_exits_at_once_with_its_status_and_every_line_writ
     out = subprocess.run([sys.executable, "-c", code, *translate], input=b"a dog.\nthe girl plays\n",
                          capture_output=True, env=env, timeout=300, check=False)
     assert out.stdout.count(b"\n") == 2 and b"wrote 2 translations to stdout" in out.stderr
+    # tft evaluate too: its files written whole, its table on stdout, no atexit handlers run
+    (tmp_path / "src.en").write_text("a dog.\nthe girl plays\n")
+    (tmp_path / "ref.de").write_text("ein Hund.\ndas Mädchen spielt\n")
+    evaluate = ["evaluate", "--model", assets[0], "--vocab", assets[1], "--beam", "1", "--threads", "1",
+                "--source", str(tmp_path / "src.en"), "--reference", str(tmp_path / "ref.de"),
+                "--output", str(tmp_path / "hyp.de"), "--json", str(tmp_path / "scores.json")]
+    ev = subprocess.run([sys.executable, "-c", code, *evaluate], capture_output=True, env=env, timeout=300,
+                        check=False)
+    assert ev.returncode == 0 and b"atexit ran" not in ev.stderr, ev.stderr.decode()[-1000:]
+    assert b"sacreBLEU" in ev.stdout
+    assert (tmp_path / "hyp.de").read_text(encoding="utf-8").count("\n") == 2
+    payload = json.loads((tmp_path / "scores.json").read_text())
+    assert payload["sentences"] == 2 and 0 <= payload["scores"]["sacrebleu"]["score"] <= 100

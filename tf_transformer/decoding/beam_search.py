@@ -81,11 +81,16 @@ def length_penalty(length, alpha) -> tf.Tensor:
     return tf.pow((5.0 + length) / 6.0, tf.cast(alpha, tf.float32))
 
 
-def _dims(t: tf.Tensor) -> list:
-    """Shape as a list: Python ints where static, scalar tensors where not."""
+def _dims(t: tf.Tensor, start: int = 0) -> list:
+    """Shape from axis ``start`` on, as a list: Python ints where static, scalar tensors where
+    not. Only the unknown axes asked for become graph ops (every ``tf.shape(t)[i]`` adds a
+    strided slice and its constants to the traced graph, and tracing is part of every
+    ``tft translate`` process's fixed cost)."""
     static = t.shape.as_list()
+    if all(s is not None for s in static[start:]):
+        return static[start:]
     dynamic = tf.shape(t)
-    return [s if s is not None else dynamic[i] for i, s in enumerate(static)]
+    return [s if s is not None else dynamic[i] for i, s in enumerate(static) if i >= start]
 
 
 def _tile_beam(t: tf.Tensor, beam_size: int) -> tf.Tensor:
@@ -97,14 +102,12 @@ def _tile_beam(t: tf.Tensor, beam_size: int) -> tf.Tensor:
 
 def _merge_beam(t: tf.Tensor) -> tf.Tensor:
     """``[batch, beam, ...]`` -> ``[batch * beam, ...]``."""
-    d = _dims(t)
-    return tf.reshape(t, [-1] + d[2:])
+    return tf.reshape(t, [-1] + _dims(t, 2))
 
 
 def _split_beam(t: tf.Tensor, beam_size: int) -> tf.Tensor:
     """``[batch * beam, ...]`` -> ``[batch, beam, ...]``."""
-    d = _dims(t)
-    return tf.reshape(t, [-1, beam_size] + d[1:])
+    return tf.reshape(t, [-1, beam_size] + _dims(t, 1))
 
 
 def _shape_invariants(state, relaxed_index, batch_index=()):

@@ -161,10 +161,15 @@ def test_decoding_environment_only_for_the_decoding_commands_and_never_over_the_
             "quiet_environment('translate')\n"
             "seen.append(os.environ.get('TF_ENABLE_ONEDNN_OPTS'))\n"
             "print(seen)\n")
+    assert _run_without_onednn_setting(code) == "[None, None, '0', '0', '1', None]"
+
+
+def _run_without_onednn_setting(code: str) -> str:
+    """``code`` in a fresh interpreter whose environment has no TF_ENABLE_ONEDNN_OPTS; its stdout."""
     env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-    assert proc.stdout.decode().strip() == "[None, None, '0', '0', '1', None]"
+    return proc.stdout.decode().strip()
 
 
 def test_public_decoding_environment_imports_no_tensorflow():
@@ -175,10 +180,7 @@ def test_public_decoding_environment_imports_no_tensorflow():
             "assert 'tensorflow' not in sys.modules, 'imported TensorFlow'\n"
             "decoding_environment()\n"
             "print(DECODING_ENVIRONMENT, os.environ.get('TF_ENABLE_ONEDNN_OPTS'))\n")
-    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=60, check=False)
-    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-    assert proc.stdout.decode().strip() == "{'TF_ENABLE_ONEDNN_OPTS': '0'} 0"
+    assert _run_without_onednn_setting(code) == "{'TF_ENABLE_ONEDNN_OPTS': '0'} 0"
 
 
 def test_import_tensorflow_skips_matplotlib_and_sets_threads():

@@ -162,9 +162,11 @@ def decode_and_score(run: Path, name: str, model_path: Path, tokenizer, splits, 
     slug = name.split(" (")[0].replace(" ", "-")
     results, model = {}, None
     weights = fingerprint(model_path)
+    inputs_of = {split: hashlib.sha256("\n".join(splits[split][0]).encode("utf-8")).hexdigest()
+                 for split in dict.fromkeys(split for split, _, _ in jobs)}
     for split, beam, alpha in jobs:
         sources, references = splits[split]
-        inputs = hashlib.sha256("\n".join(sources).encode("utf-8")).hexdigest()
+        inputs = inputs_of[split]
         hyp_path = cache_dir / f"{slug}.{split}.beam{beam}.alpha{alpha:g}.de"
         meta_path = hyp_path.with_suffix(".json")
         meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}

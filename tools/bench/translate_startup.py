@@ -123,9 +123,12 @@ def warm_pass(args, lines, beams) -> dict:
     for itself (where the tree on the path has one: an older tree may not)."""
     try:
         from tf_transformer.decoding import decoding_environment
-    except ImportError:
-        pass
-    else:
+    except ImportError:  # trees before a398c2e kept it in the CLI
+        try:
+            from tf_transformer.cli._quiet import decoding_environment
+        except ImportError:
+            decoding_environment = None
+    if decoding_environment is not None:
         decoding_environment()
     from tf_transformer.cli.decode import import_tensorflow
     from tf_transformer.data.batching import usable_cores

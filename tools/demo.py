@@ -39,18 +39,15 @@ BF16_OVERRIDES = ("train.mixed_precision=mixed_bfloat16",)
 
 def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether the CPU has native bfloat16 matmuls (the ``avx512_bf16`` or ``amx_bf16`` flag of
-    Linux's ``/proc/cpuinfo``; False where it cannot be read). There the demo trains with
-    ``mixed_bfloat16``: on a 2-core AVX512_BF16 host it made 1.6x the updates of float32 in the
-    12 minutes, with a better test2016 BLEU (tools/bench/RESULTS.md, "Demo")."""
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.partition(":")[2].split())
-                    return bool(flags & {"avx512_bf16", "amx_bf16"})
-    except OSError:
-        return False
-    return False
+    Linux's ``/proc/cpuinfo``; False where it cannot be read): the package's
+    ``tf_transformer.training.precision.cpu_has_native_bf16``, which ``train.mixed_precision:
+    auto`` also uses. There the demo trains with ``mixed_bfloat16``: on a 2-core AVX512_BF16
+    host it made 1.6x the updates of float32 in the 12 minutes, with a better test2016 BLEU
+    (tools/bench/RESULTS.md, "Demo")."""
+    from tf_transformer.training.precision import cpu_has_native_bf16
+
+    return cpu_has_native_bf16(cpuinfo)
+
 
 from tf_transformer.io import say as _say  # noqa: E402
 

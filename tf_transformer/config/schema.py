@@ -248,7 +248,7 @@ class TrainConfig:
     backup_every_steps: Optional[int] = None  # resumable backup every N updates; None = every epoch
     model_dir: str = "runs/default"
     strategy: str = "auto"  # auto | default | mirrored | multiworker
-    mixed_precision: Optional[str] = None  # None | mixed_float16 | mixed_bfloat16
+    mixed_precision: Optional[str] = None  # None | mixed_float16 | mixed_bfloat16 | auto (bf16 where native)
     jit_compile: bool = False
     validation_steps: Optional[int] = None  # None = whole validation set
     max_minutes: Optional[float] = None  # stop training after this wall-clock budget
@@ -291,10 +291,10 @@ class TrainConfig:
             raise ConfigError(
                 f"{p}strategy={self.strategy!r} is not one of {', '.join(map(repr, STRATEGIES))}"
             )
-        if self.mixed_precision not in (None, "float32", "mixed_float16", "mixed_bfloat16"):
+        if self.mixed_precision not in (None, "float32", "mixed_float16", "mixed_bfloat16", "auto"):
             raise ConfigError(
                 f"{p}mixed_precision={self.mixed_precision!r} is not one of null, "
-                "'float32', 'mixed_float16', 'mixed_bfloat16'"
+                "'float32', 'mixed_float16', 'mixed_bfloat16', 'auto'"
             )
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise ConfigError(f"{p}max_minutes={self.max_minutes} must be > 0 or null")

@@ -60,6 +60,7 @@ from tf_transformer.io import (
 from tf_transformer.model import count_parameters
 from tf_transformer.training import callbacks as cb
 from tf_transformer.training import rundir
+from tf_transformer.training.precision import AUTO, resolve_mixed_precision
 from tf_transformer.training.progress import FirstUpdateHeartbeat, resolve_verbose
 from tf_transformer.training.strategy import (
     TaskInfo,
@@ -441,6 +442,9 @@ def _announce(run: _Run, trainer: TrainingModel, backup: cb.ResumableBackup, sta
             f"{cfg.data.tokens_per_batch:,} tokens per batch x {run.k} micro-batch(es) per update; "
             + (f"resuming at step {start_step} from {backup.weights_path}" if start_step else "starting at step 0")
             + f"; training to step {cfg.train.train_steps}")
+    policy, why = resolve_mixed_precision(cfg.train.mixed_precision)
+    if cfg.train.mixed_precision == AUTO:
+        run.log(f"train: {policy or 'float32'} ({why}; train.mixed_precision=float32 or mixed_bfloat16 to choose)")
     if cfg.train.jit_compile and not is_default(run.strategy):
         run.log("train: note: Keras turns XLA (train.jit_compile) off under a tf.distribute strategy")
 
@@ -528,6 +532,23 @@ def _fit(run: _Run, trainer: TrainingModel, steps: _Callbacks, train_fn, valid_f
     return history, stopped
 
 
+def float32_copy(transformer):
+    """``transformer`` as ``model.keras`` keeps it: computing in float32. Under mixed precision the
+    variables are float32 already, but the layers' policy (``mixed_bfloat16`` / ``mixed_float16``)
+    is saved with the model and a loaded model would decode in half precision: slower where the
+    CPU emulates it, and unlike the averaged models (built in float32) and what the decoding was
+    tuned and tested with. A float32 model is returned as it is; otherwise a float32 copy with
+    the same weights."""
+    if transformer.dtype_policy.name == "float32":
+        return transformer
+    from tf_transformer.model import Transformer
+
+    copied = Transformer.from_config({**transformer.get_config(), "dtype": "float32"})
+    copied.build()
+    copied.set_weights(transformer.get_weights())
+    return copied
+
+
 def _save(run: _Run, trainer: TrainingModel, steps: _Callbacks, history: dict, stopped: Optional[str],
           start_step: int, vocab_copy: Optional[Path]) -> TrainResult:
     """Final checkpoint and backup (unless the loss went NaN), ``model.keras`` and
@@ -540,7 +561,7 @@ def _save(run: _Run, trainer: TrainingModel, steps: _Callbacks, history: dict, s
         steps.backup.save()
     model_path = config_path = None
     if run.info.is_chief:
-        model_path = save_model(trainer.transformer, run.model_dir / MODEL_FILE)
+        model_path = save_model(float32_copy(trainer.transformer), run.model_dir / MODEL_FILE)
         config_path = write_run_config(run.cfg, run.model_dir / "config.yaml")
     return TrainResult(
         model=trainer.transformer, config=run.cfg, model_dir=run.model_dir, model_path=model_path,

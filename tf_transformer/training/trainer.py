@@ -245,16 +245,19 @@ def accumulation_steps_for(tokens_per_update, tokens_per_batch: int) -> int:
 
 def build_training_model(cfg) -> "TrainingModel":
     """A new Transformer for ``cfg.model`` inside a compiled :class:`TrainingModel` with the
-    paper's optimizer (``cfg.train``), built under ``cfg.train.mixed_precision`` (the global
-    dtype policy is restored afterwards). Call it inside ``strategy.scope()`` to distribute.
+    paper's optimizer (``cfg.train``), built under ``cfg.train.mixed_precision`` (``auto``
+    resolved for this machine by :func:`~tf_transformer.training.precision.resolve_mixed_precision`;
+    the global dtype policy is restored afterwards). Call it inside ``strategy.scope()`` to distribute.
     Used by :func:`tf_transformer.training.train` and the Keras Tuner hypermodel."""
     from tf_transformer.model import Transformer
+    from tf_transformer.training.precision import resolve_mixed_precision
     from tf_transformer.training.schedule import make_optimizer
 
     k = accumulation_steps_for(cfg.train.tokens_per_update, cfg.data.tokens_per_batch)
+    policy, _ = resolve_mixed_precision(cfg.train.mixed_precision)
     previous = keras.config.dtype_policy()
-    if cfg.train.mixed_precision and cfg.train.mixed_precision != "float32":
-        keras.config.set_dtype_policy(cfg.train.mixed_precision)
+    if policy:
+        keras.config.set_dtype_policy(policy)
     try:
         transformer = Transformer.from_config_section(cfg.model)
         trainer = TrainingModel(transformer, label_smoothing=cfg.train.label_smoothing, accumulation_steps=k,

@@ -442,8 +442,8 @@ def _announce(run: _Run, trainer: TrainingModel, backup: cb.ResumableBackup, sta
             f"{cfg.data.tokens_per_batch:,} tokens per batch x {run.k} micro-batch(es) per update; "
             + (f"resuming at step {start_step} from {backup.weights_path}" if start_step else "starting at step 0")
             + f"; training to step {cfg.train.train_steps}")
-    policy, why = resolve_mixed_precision(cfg.train.mixed_precision)
-    if cfg.train.mixed_precision == AUTO:
+    if cfg.train.mixed_precision == AUTO:  # say what auto chose (the model was built under it)
+        policy, why = resolve_mixed_precision(AUTO)
         run.log(f"train: {policy or 'float32'} ({why}; train.mixed_precision=float32 or mixed_bfloat16 to choose)")
     if cfg.train.jit_compile and not is_default(run.strategy):
         run.log("train: note: Keras turns XLA (train.jit_compile) off under a tf.distribute strategy")

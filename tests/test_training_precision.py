@@ -6,7 +6,7 @@ import pytest
 from tf_transformer.config import load_config
 from tf_transformer.errors import ConfigError
 from tf_transformer.training import precision
-from tf_transformer.training.precision import cpu_flags, cpu_has_native_bf16, resolve_mixed_precision
+from tf_transformer.training.precision import cpu_flags, cpu_has_native_bf16, cpu_model_name, resolve_mixed_precision
 
 AMD_BF16 = "fpu vme sse2 avx2 fma avx512f avx512bw avx512_vnni avx512_bf16 vaes"
 INTEL_AMX = "fpu sse2 avx2 avx512f amx_bf16 amx_tile amx_int8"
@@ -25,6 +25,13 @@ def test_cpu_flags_reads_the_first_flags_line(tmp_path):
     assert cpu_flags(str(tmp_path / "missing")) == frozenset()
     (tmp_path / "noflags").write_text("processor\t: 0\n")
     assert cpu_flags(str(tmp_path / "noflags")) == frozenset()
+
+
+def test_cpu_model_name_reads_the_first_model_name_line(tmp_path):
+    assert cpu_model_name(_cpuinfo(tmp_path, AVX2_ONLY)) == "Some CPU"
+    assert cpu_model_name(str(tmp_path / "missing")) == ""
+    (tmp_path / "noname").write_text("processor\t: 0\nflags\t\t: avx2\n")
+    assert cpu_model_name(str(tmp_path / "noname")) == ""
 
 
 @pytest.mark.parametrize("flags, expected", [(AMD_BF16, True), (INTEL_AMX, True), (AVX2_ONLY, False),

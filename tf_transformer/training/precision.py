@@ -46,6 +46,18 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset:
     return frozenset()
 
 
+def cpu_model_name(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's name (the first ``model name`` line of Linux's ``/proc/cpuinfo``), or ``""``."""
+    try:
+        with open(cpuinfo, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether the CPU multiplies bfloat16 natively (:data:`NATIVE_BF16_CPU_FLAGS`)."""
     return bool(cpu_flags(cpuinfo) & NATIVE_BF16_CPU_FLAGS)

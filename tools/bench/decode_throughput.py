@@ -356,18 +356,10 @@ def cache_speedup(model, tok, sources, args):
 def machine() -> dict:
     import tensorflow as tf
 
-    cpu, flags = platform.processor() or "", []
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and not flags:
-                    cpu = line.split(":", 1)[1].strip()
-                if line.startswith("flags"):
-                    flags = [x for x in line.split(":", 1)[1].split() if x in ("avx2", "fma", "avx512f", "avx512_vnni",
-                                                                               "avx512_bf16", "amx_tile")]
-                    break
-    except OSError:
-        pass
+    from tf_transformer.training.precision import cpu_flags, cpu_model_name
+
+    cpu = cpu_model_name() or platform.processor() or ""
+    flags = sorted(cpu_flags() & {"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16"})
     info = {"cpu": cpu, "simd": flags, "cores": os.cpu_count(), "python": platform.python_version(),
             "tensorflow": tf.__version__, "load_average": [round(x, 2) for x in os.getloadavg()],
             "date": time.strftime("%Y-%m-%d %H:%M")}

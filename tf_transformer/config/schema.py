@@ -139,6 +139,10 @@ class DataConfig:
     vocab_model_type: str = "bpe"
     vocab_character_coverage: float = 1.0
     vocab_input_sentence_size: int = 2_000_000  # sentences sampled (with data.seed); 0 = all
+    # true: capitalised words are lowercased after a case marker (⇧ first letter, ⇪ all
+    # letters) before SentencePiece sees them, and the case is restored after decoding
+    # (data/case_markup.py); the vocabulary holds the markers (ids 4, 5) and must be built so
+    case_markup: bool = False
     # batching
     tokens_per_batch: int = 4096  # at most this many source AND target slots (padding included)
     max_length: int = 100  # pairs with either side longer (in tokens, incl. BOS/EOS) dropped

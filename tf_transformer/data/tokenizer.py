@@ -15,6 +15,13 @@ about 37,000 tokens for WMT14 En-De; 8,000 for the bundled Multi30k). Its ids ar
 Ids 0, 2 and 3 are SentencePiece *control* symbols: tokenizing text never yields them
 and detokenizing drops them. :class:`Tokenizer` refuses a model with other ids.
 
+A vocabulary built with ``data.case_markup: true`` holds the case markers ``▁⇧`` and ``▁⇪``
+at ids 4 and 5 (user-defined symbols); a :class:`Tokenizer` of such a vocabulary marks the
+case of the text before SentencePiece sees it and restores it after decoding
+(:mod:`tf_transformer.data.case_markup`), in Python and in the graph alike, so every user of
+the tokenizer (training, evaluation, ``tft translate``, exported signatures) reads and
+writes cased text.
+
 Training is deterministic: the trainer runs on one thread over the sentences in file
 order with its own sampling and shuffling switched off; when the corpus holds more than
 ``data.vocab_input_sentence_size`` sentences, we pick the sample ourselves with
@@ -98,6 +105,11 @@ class Tokenizer:
             )
         self.model_proto: bytes = proto
         self._tf_tokenizer = None
+        from tf_transformer.data.case_markup import PIECES
+
+        first = len(expected)
+        self.case_markup: bool = (self._sp.get_piece_size() > first + len(PIECES) and tuple(
+            self._sp.id_to_piece(first + i) for i in range(len(PIECES))) == PIECES)
 
     # -- ids -------------------------------------------------------------------------
     pad_id = PAD_ID
@@ -111,7 +123,8 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         where = self.model_path or "<bytes>"
-        return f"Tokenizer({where!r}, vocab_size={self.vocab_size})"
+        markup = ", case_markup=True" if self.case_markup else ""
+        return f"Tokenizer({where!r}, vocab_size={self.vocab_size}{markup})"
 
     @classmethod
     def from_config(cls, data_config) -> Tokenizer:
@@ -128,7 +141,14 @@ class Tokenizer:
         """Subword ids of each text, without BOS/EOS."""
         if isinstance(texts, str):
             raise TypeError("Tokenizer.encode takes a list of strings, got one string")
-        return [list(ids) for ids in self._sp.encode(list(texts), out_type=int)]
+        return [list(ids) for ids in self._sp.encode(self._marked(texts), out_type=int)]
+
+    def _marked(self, texts) -> list[str]:
+        if not self.case_markup:
+            return list(texts)
+        from tf_transformer.data.case_markup import mark
+
+        return [mark(t) for t in texts]
 
     def decode(self, ids: Iterable[Sequence[int]]) -> list[str]:
         """Text of each id sequence. Ids after the first EOS are ignored; pad/BOS dropped."""
@@ -138,6 +158,10 @@ class Tokenizer:
             if EOS_ID in seq:
                 seq = seq[: seq.index(EOS_ID)]
             out.append(self._sp.decode([i for i in seq if i not in (PAD_ID, BOS_ID)]))
+        if self.case_markup:
+            from tf_transformer.data.case_markup import unmark
+
+            out = [unmark(t) for t in out]
         return out
 
     def id_to_piece(self, ids: Sequence[int]) -> list[str]:
@@ -145,8 +169,8 @@ class Tokenizer:
         return [self._sp.id_to_piece(int(i)) for i in ids]
 
     def pieces(self, text: str) -> list[str]:
-        """Subword strings of one text."""
-        return list(self._sp.encode(text, out_type=str))
+        """Subword strings of one text (with its case markers where the vocabulary has them)."""
+        return list(self._sp.encode(self._marked([text])[0], out_type=str))
 
     # -- graph side ------------------------------------------------------------------
     @property
@@ -164,6 +188,10 @@ class Tokenizer:
 
     def tokenize(self, texts):
         """``tf.string [N]`` -> ``tf.RaggedTensor int32 [N, None]`` (no BOS/EOS), in-graph."""
+        if self.case_markup:
+            from tf_transformer.data.case_markup import tf_mark
+
+            texts = tf_mark(texts)
         return self.tf_tokenizer.tokenize(texts)
 
     def detokenize(self, ids):
@@ -178,7 +206,12 @@ class Tokenizer:
         ids = tf.cast(ids, tf.int32)
         after_eos = tf.cast(tf.math.cumsum(tf.cast(ids == EOS_ID, tf.int32), axis=1), tf.bool)
         keep = tf.logical_not(after_eos) & (ids != PAD_ID) & (ids != BOS_ID)
-        return self.tf_tokenizer.detokenize(tf.ragged.boolean_mask(ids, keep))
+        texts = self.tf_tokenizer.detokenize(tf.ragged.boolean_mask(ids, keep))
+        if self.case_markup:
+            from tf_transformer.data.case_markup import tf_unmark
+
+            texts = tf_unmark(texts)
+        return texts
 
 
 # ---------------------------------------------------------------------------------------
@@ -191,10 +224,12 @@ def train_sentencepiece(
     vocab_size: int,
     model_type: str = "bpe",
     character_coverage: float = 1.0,
+    user_defined_symbols: Sequence[str] = (),
 ) -> bytes:
     """Train a SentencePiece model on ``sentences`` (in this order) and return its proto.
 
     Deterministic: one thread, no sampling or shuffling inside the trainer.
+    ``user_defined_symbols`` take the ids after the four special ones, in this order.
     """
     import sentencepiece as spm
 
@@ -214,6 +249,7 @@ def train_sentencepiece(
             unk_piece=UNK_PIECE,
             bos_piece=BOS_PIECE,
             eos_piece=EOS_PIECE,
+            user_defined_symbols=list(user_defined_symbols),
             num_threads=1,
             input_sentence_size=0,
             shuffle_input_sentence=False,
@@ -280,20 +316,23 @@ def build_vocab(
         progress(f"build-vocab: reading {count:,} sentences from {described}")
 
     used = [0]
+    case_markup = bool(getattr(cfg, "case_markup", False))
+    from tf_transformer.data.case_markup import PIECES, mark
 
     def sentences():
         for text in sources.iter_training_sentences(cfg, None if selected is None else selected.tolist()):
             text = text.strip()
             if text:
                 used[0] += 1
-                yield text
+                yield mark(text) if case_markup else text
 
     progress(
         f"build-vocab: training SentencePiece {cfg.vocab_model_type.upper()} with {vocab_size:,} "
         "pieces (one thread)"
     )
     proto = train_sentencepiece(
-        sentences(), vocab_size, cfg.vocab_model_type, cfg.vocab_character_coverage
+        sentences(), vocab_size, cfg.vocab_model_type, cfg.vocab_character_coverage,
+        user_defined_symbols=PIECES if case_markup else (),
     )
     if model_path.exists() and not overwrite and model_path.read_bytes() != proto:
         raise DataError(
@@ -305,7 +344,8 @@ def build_vocab(
     seconds = time.time() - start
     summary = (
         f"wrote {model_path} and {vocab_path}: {cfg.vocab_model_type.upper()} vocabulary of "
-        f"{vocab_size:,} pieces (pad={PAD_ID} unk={UNK_ID} bos={BOS_ID} eos={EOS_ID}) from "
+        f"{vocab_size:,} pieces (pad={PAD_ID} unk={UNK_ID} bos={BOS_ID} eos={EOS_ID}"
+        f"{', case markers ' + ' '.join(PIECES) + ' = 4 5' if case_markup else ''}) from "
         f"{used[0]:,} sentences of {described} in {seconds:.1f} s"
     )
     return {
@@ -313,6 +353,7 @@ def build_vocab(
         "vocab": str(vocab_path),
         "vocab_size": vocab_size,
         "sentences": used[0],
+        "case_markup": case_markup,
         "seconds": seconds,
         "summary": summary,
     }
@@ -344,6 +385,14 @@ def resolve_vocabulary(cfg, default_path, *, tokenizer=None, build_missing: bool
             build_vocab(cfg.data, path, progress=log)
         cfg.data.vocab_model = str(path)
         tokenizer = Tokenizer(path)
+    markup = bool(getattr(cfg.data, "case_markup", False))
+    if markup != tokenizer.case_markup:
+        where = cfg.data.vocab_model or "the given tokenizer"
+        raise UserError(
+            f"data.case_markup={str(markup).lower()} but the vocabulary {where} was built "
+            f"{'without' if markup else 'with'} case markup (its pieces 4 and 5 are "
+            f"{'not ' if markup else ''}the case markers); build a vocabulary with the same setting "
+            "(tft build-vocab --set data.case_markup=...) or change the setting")
     size = int(tokenizer.vocab_size)
     if cfg.model.vocab_size is not None and cfg.model.vocab_size != size:
         # the model must have one row per piece: the vocabulary the user built decides

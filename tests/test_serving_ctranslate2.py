@@ -57,6 +57,7 @@ def test_export_directory(exported, tiny):
     info = json.loads(open(os.path.join(exported, EXPORT_INFO)).read())
     assert info["max_length"] == model.max_length and info["vocab_size"] == model.vocab_size
     assert info["ids"] == {"pad": 0, "unk": 1, "bos": 2, "eos": 3}
+    assert info["case_markup"] is False
     config = json.loads(open(os.path.join(exported, "config.json")).read())
     assert config["layer_norm_epsilon"] == pytest.approx(model.layer_norm_epsilon)
     assert (config["bos_token"], config["eos_token"], config["unk_token"]) == ("<s>", "</s>", "<unk>")

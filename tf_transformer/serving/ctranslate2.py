@@ -253,6 +253,8 @@ def export_ctranslate2(model, tokenizer, output_dir, quantization: str | None = 
             "vocab_size": int(model.vocab_size),
             "max_length": int(model.max_length),
             "ids": {"pad": 0, "unk": 1, "bos": 2, "eos": 3},
+            # clients that tokenize themselves mark and unmark the case (data/case_markup.py)
+            "case_markup": bool(getattr(tokenizer, "case_markup", False)),
             "decode": dict(decode or {}),
             "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
         }

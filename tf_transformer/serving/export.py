@@ -162,6 +162,8 @@ def export_model(model, tokenizer, output_dir, version: int = 1, beam_size: int 
         "vocab_size": int(model.vocab_size),
         "max_length": int(model.max_length),
         "decode": settings,
+        # clients that tokenize themselves mark and unmark the case (data/case_markup.py)
+        "case_markup": bool(getattr(tokenizer, "case_markup", False)),
         "ids": {"pad": 0, "unk": tokenizer.unk_id, "bos": tokenizer.bos_id, "eos": tokenizer.eos_id},
         "signatures": {
             str(full_dir.relative_to(out)): ["translate (serving_default)", "translate_ids"],

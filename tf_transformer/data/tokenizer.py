@@ -107,9 +107,9 @@ class Tokenizer:
         self._tf_tokenizer = None
         from tf_transformer.data.case_markup import PIECES
 
-        first = len(expected)
-        self.case_markup: bool = (self._sp.get_piece_size() > first + len(PIECES) and tuple(
-            self._sp.id_to_piece(first + i) for i in range(len(PIECES))) == PIECES)
+        # a case-markup vocabulary: its markers are the pieces right after the special ids
+        marker_ids = range(len(expected), len(expected) + len(PIECES))
+        self.case_markup: bool = self.vocab_size > marker_ids[-1] and tuple(self.id_to_piece(marker_ids)) == PIECES
 
     # -- ids -------------------------------------------------------------------------
     pad_id = PAD_ID

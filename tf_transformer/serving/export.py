@@ -74,7 +74,8 @@ def _module_class():
                 autograph=False)
             if tokenizer is not None:
                 self.sentencepiece = tokenizer.tf_tokenizer  # a tracked resource: saved as an asset
-                self._case_markup = bool(getattr(tokenizer, "case_markup", False))
+                # its tokenize/detokenize (case markup included) run on that same resource
+                self._tokenizer = tokenizer
                 self.translate = tf.function(
                     self._translate_text, input_signature=[tf.TensorSpec([None], tf.string, name="text")],
                     autograph=False)
@@ -95,21 +96,10 @@ def _module_class():
         def _translate_text(self, text):
             text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace",
                                                 replacement_char=0xFFFD)
-            if self._case_markup:  # the same marking as the tokenizer's, in core string ops
-                from tf_transformer.data.case_markup import tf_mark
-
-                text = tf_mark(text)
-            tokens = self.sentencepiece.tokenize(text)
+            tokens = self._tokenizer.tokenize(text)
             dense = tokens[:, : self._limit].to_tensor(default_value=0)
             result = self._translate_ids(dense)
-            ids = result["ids"]
-            pieces = tf.ragged.boolean_mask(ids, ids != 0)
-            translation = self.sentencepiece.detokenize(pieces)
-            if self._case_markup:
-                from tf_transformer.data.case_markup import tf_unmark
-
-                translation = tf_unmark(translation)
-            return {"translation": translation, "scores": result["scores"]}
+            return {"translation": self._tokenizer.detokenize(result["ids"]), "scores": result["scores"]}
 
     return TranslatorModule
 

@@ -38,6 +38,9 @@ def test_the_demos_overrides_load_into_its_preset(demo):
 
     cfg = load_config("multi30k_small", [*demo.DEMO_OVERRIDES, *demo.BF16_OVERRIDES])
     assert cfg.train.mixed_precision == "mixed_bfloat16" and cfg.data.tokens_per_batch == 2048
+    # the demo's model: 2+2 layers, 8 heads of 32 (d_model 256 split eight ways)
+    assert (cfg.model.num_layers, cfg.model.num_heads) == (2, 8)
+    assert cfg.model.key_dim is None and cfg.model.d_model // cfg.model.num_heads == 32  # key_dim derived
 
 
 def test_the_demo_lifts_the_presets_update_limit(demo):

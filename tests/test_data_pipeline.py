@@ -127,14 +127,17 @@ def test_shift_and_every_pair_exactly_once(corpus, tok):
     assert pairs_of(got) == expected
 
 
-def test_one_pass_streams_have_no_autotuning_thread(corpus, tok):
+def test_evaluation_streams_have_no_autotuning_thread(corpus, tok):
     """Keras makes a new validation iterator at every evaluation and deletes the old one; the
     deletion waits for the iterator's autotuning thread, which stalled training for 15-30 s at
-    about every second epoch end. One-pass streams (validation, test) run without it; the
-    training stream (repeated) keeps it. Every pair still comes exactly once."""
+    about every second epoch end. Evaluation streams (validation, test) run without it; the
+    training stream keeps it. Every pair still comes exactly once."""
     cfg = cfg_for(corpus["en.gz"], corpus["de.gz"], tokens_per_batch=512, max_length=100)
     valid = make_dataset(cfg, "valid", tok, training=False, verbose=False)
     assert valid.options().autotune.enabled is False
+    # the multi-worker strategy repeats its validation stream: it is made anew at every evaluation too
+    repeated = make_dataset(cfg, "valid", tok, training=False, repeat=True, verbose=False)
+    assert repeated.options().autotune.enabled is False
     assert make_dataset(cfg, "train", tok, training=True, verbose=False).options().autotune.enabled is not False
     expected = Counter(zip(map(tuple, tok.encode(corpus["en"])), map(tuple, tok.encode(corpus["de"]))))
     for _ in range(2):  # a second pass over a new iterator gives the same pairs

@@ -3,8 +3,9 @@
 1. build the shared SentencePiece vocabulary (train.en + train.de);
 2. train ``multi30k_small``, changed as below, by the paper's recipe for at most
    ``--minutes`` of wall-clock training (default 12) or its ``train.train_steps``, whichever
-   comes first, with a checkpoint every ``--checkpoint-minutes``. The demo halves the preset's batch to 2,048
-   tokens per side (``DEMO_OVERRIDES``; ``--set data.tokens_per_batch=4096`` restores it):
+   comes first, with a checkpoint every ``--checkpoint-minutes``. The demo halves the
+   preset's batch to 2,048 tokens per side (``DEMO_OVERRIDES``; ``--set
+   data.tokens_per_batch=4096`` restores it):
    in a 12-minute budget on a 2-core CPU, 1.8x the updates at half the size gave a better
    model than the preset's 4,096-token batches (test2016 sacreBLEU 20.3 vs 18.6 with the
    averaged weights, 19.1 vs 13.8 with the final ones, same host and seed). It also lifts the
@@ -14,7 +15,8 @@
    the two rows of our Table 3 ablation that helped most at 1,500 updates (N=2 +2.6 BLEU,
    h=8 +1.6; docs/ablation-1500-updates.md). In the 12 minutes on a 2-vCPU AMX host the
    3+3/4-head model gave test2016 sacreBLEU 29.33; the 2+2/8-head one 33.14 and 34.38 (two
-   seeds), its val perplexity 8.2-8.3 against 12.1, in about the same number of updates;
+   seeds), its val perplexity 8.2-8.3 against 12.1, in about the same number of updates
+   (about 2,100); with validation no longer stalling training, about 3,050 updates and 34.6-35.0;
 3. average the last checkpoints (the paper averages the last 5);
 4. choose the weights (final or averaged) and the length penalty alpha (``--alphas``, default
    0.6, 1.0, 1.4) by sacreBLEU on the **validation** set (beam 4, input length + 50): at the

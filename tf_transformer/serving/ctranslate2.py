@@ -53,7 +53,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -61,6 +60,7 @@ from tf_transformer.decoding import batches
 from tf_transformer.decoding.batches import TranslationStats
 from tf_transformer.errors import UserError
 from tf_transformer.io import atomic_path, check_writable
+from tf_transformer.serving.info import export_info
 
 __all__ = [
     "CT2Translator",
@@ -244,20 +244,8 @@ def export_ctranslate2(model, tokenizer, output_dir, quantization: str | None = 
     with atomic_path(out) as tmp:
         tmp.mkdir(parents=True)
         spec.save(str(tmp))
-        info = {
-            "format": "ctranslate2",
-            "model": source,
-            "vocab": tokenizer.model_path,
-            "vocab_file": SPM_FILE,
-            "quantization": quantization or "float32",
-            "vocab_size": int(model.vocab_size),
-            "max_length": int(model.max_length),
-            "ids": {"pad": 0, "unk": 1, "bos": 2, "eos": 3},
-            # clients that tokenize themselves mark and unmark the case (data/case_markup.py)
-            "case_markup": bool(getattr(tokenizer, "case_markup", False)),
-            "decode": dict(decode or {}),
-            "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        }
+        info = export_info(model, tokenizer, source=source, decode=decode, format="ctranslate2",
+                           vocab_file=SPM_FILE, quantization=quantization or "float32")
         (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return {"dir": str(out), "info": str(out / EXPORT_INFO)}
 

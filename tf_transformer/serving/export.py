@@ -30,11 +30,11 @@ string gives an empty translation (score 0), sources are cut to the model's
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 from tf_transformer.errors import UserError
 from tf_transformer.io import atomic_path, atomic_write, check_writable, say, state_bytes
+from tf_transformer.serving.info import export_info
 
 IDS_ONLY_DIR = "ids_only"
 
@@ -145,21 +145,10 @@ def export_model(model, tokenizer, output_dir, version: int = 1, beam_size: int 
             tf.saved_model.save(module, str(tmp), signatures=signatures)
         written[name] = str(target)
 
-    info = {
-        "version": version,
-        "model": source,
-        "vocab": getattr(tokenizer, "model_path", None),
-        "vocab_size": int(model.vocab_size),
-        "max_length": int(model.max_length),
-        "decode": settings,
-        # clients that tokenize themselves mark and unmark the case (data/case_markup.py)
-        "case_markup": bool(getattr(tokenizer, "case_markup", False)),
-        "ids": {"pad": 0, "unk": tokenizer.unk_id, "bos": tokenizer.bos_id, "eos": tokenizer.eos_id},
-        "signatures": {
-            str(full_dir.relative_to(out)): ["translate (serving_default)", "translate_ids"],
-            str(ids_dir.relative_to(out)): ["translate_ids (serving_default)"],
-        },
-        "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    info = export_info(model, tokenizer, source=source, decode=settings, version=version)
+    info["signatures"] = {
+        str(full_dir.relative_to(out)): ["translate (serving_default)", "translate_ids"],
+        str(ids_dir.relative_to(out)): ["translate_ids (serving_default)"],
     }
     atomic_write(out / "export.json", json.dumps(info, indent=2) + "\n")
     written["info"] = str(out / "export.json")

@@ -1,0 +1,37 @@
+"""What an export says about its model, shared by both export formats.
+
+``export.json`` (SavedModel, :mod:`tf_transformer.serving.export`) and ``tft_export.json``
+(CTranslate2, :mod:`tf_transformer.serving.ctranslate2`) carry the same description of the
+model a client needs to feed it: vocabulary size, length limit, special ids, whether the
+vocabulary uses case markup, and the decoding defaults. Both are built here, so the two
+cannot drift apart; each format adds its own fields (signatures, quantization).
+"""
+
+from __future__ import annotations
+
+import time
+
+__all__ = ["export_info"]
+
+
+def export_info(model, tokenizer, *, source: str, decode: dict | None, **fields) -> dict:
+    """The JSON-ready description of ``model`` exported with ``tokenizer``.
+
+    ``source``: where the model came from (the ``--model`` path); ``decode``: the decoding
+    settings baked in or recommended (beam size, alpha, ...); ``fields``: format-specific
+    entries, placed before the common ones. The ids are the tokenizer's own.
+    """
+    info = dict(fields)
+    info.update({
+        "model": source,
+        "vocab": getattr(tokenizer, "model_path", None),
+        "vocab_size": int(model.vocab_size),
+        "max_length": int(model.max_length),
+        "ids": {"pad": 0, "unk": int(tokenizer.unk_id), "bos": int(tokenizer.bos_id),
+                "eos": int(tokenizer.eos_id)},
+        # clients that tokenize themselves mark and unmark the case (data/case_markup.py)
+        "case_markup": bool(getattr(tokenizer, "case_markup", False)),
+        "decode": dict(decode or {}),
+        "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    })
+    return info

@@ -327,7 +327,7 @@ class _Stream:
         return self.tty
 
 
-def test_progress_lines_when_stdout_is_not_a_terminal():
+def test_progress_lines_when_stdout_is_not_a_terminal(monkeypatch):
     import types
 
     from tf_transformer.config import TrainConfig
@@ -340,6 +340,8 @@ def test_progress_lines_when_stdout_is_not_a_terminal():
     assert resolve_verbose("auto", train, enabled=False, stream=_Stream(False)) == (0, [])  # not the chief
     assert resolve_verbose(2, train, stream=_Stream(False)) == (2, [])
 
+    clock = [100.0]
+    monkeypatch.setattr("tf_transformer.training.progress.time.perf_counter", lambda: clock[0])
     lines = []
     progress = ProgressLines(3, 10, 3, write=lines.append)
     model = types.SimpleNamespace(optimizer=types.SimpleNamespace(iterations=np.int64(0)))
@@ -347,14 +349,21 @@ def test_progress_lines_when_stdout_is_not_a_terminal():
     progress.on_train_begin()
     progress.on_epoch_begin(0)
     for step in range(1, 5):  # two Keras batches per update (gradient accumulation): lines once per update
-        for _ in range(2):
-            model.optimizer.iterations = np.int64(step)
+        for micro in range(2):
+            clock[0] += 0.25  # 2 updates/s
+            model.optimizer.iterations = np.int64(step if micro else step - 1)  # counted after the update
             progress.on_train_batch_end(0, {"loss": 2.5, "accuracy": 0.25})
+    clock[0] += 17.5  # validation and the other callbacks' epoch-end work after the last update
     progress.on_epoch_end(0, {"loss": 2.0, "val_loss": 1.75})
-    assert len(lines) == 2
-    assert lines[0].startswith("update 3/10  epoch 1/3  loss 2.5000  accuracy 0.2500  ")
-    assert lines[0].endswith(" updates/s")
-    assert lines[1] == "epoch 1/3 (update 4): loss 2.0000  val_loss 1.7500"
+    assert lines == ["update 3/10  epoch 1/3  loss 2.5000  accuracy 0.2500  2.00 updates/s",
+                     "epoch 1/3 (update 4, epoch end 17.5 s): loss 2.0000  val_loss 1.7500"]
+    # the next interval's rate includes that epoch end: updates 4-6 in 19 s
+    progress.on_epoch_begin(1)
+    for step in (5, 6):
+        clock[0] += 0.5
+        model.optimizer.iterations = np.int64(step)
+        progress.on_train_batch_end(0, {"loss": 2.0})
+    assert lines[2] == "update 6/10  epoch 2/3  loss 2.0000  0.16 updates/s"
 
 
 def test_tensorflow_start_up_lines_are_filtered_and_nothing_else():

@@ -7,7 +7,11 @@ updates (update, epoch, the running training metrics, updates/s) and one at the 
 epoch with the epoch's training and validation metrics, e.g.::
 
     update 200/2000  epoch 2/20  loss 5.1234  perplexity 212.4  accuracy 0.1830  lr 1.2e-03  1.9 updates/s
-    epoch 2/20 (update 200): loss 5.0982  perplexity 207.1  accuracy 0.1852  val_loss 4.8810 ...
+    epoch 2/20 (update 200, epoch end 2.4 s): loss 5.0982  perplexity 207.1  accuracy 0.1852  val_loss 4.8810 ...
+
+"epoch end" is the time from the epoch's last update to its line: the validation pass and the
+epoch-end work of the callbacks before this one (validation BLEU, checkpoints, backups). It is
+where a slow evaluation shows: a stall there otherwise only lowers the next interval's updates/s.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ class ProgressLines(keras.callbacks.Callback):
         self._epoch = 0
         self._last_logged = None
         self._mark = None
+        self._last_update_at = None
 
     def on_train_begin(self, logs=None):
         step = current_step(self.model)
@@ -71,11 +76,12 @@ class ProgressLines(keras.callbacks.Callback):
         self._epoch = epoch + 1
 
     def on_train_batch_end(self, batch, logs=None):
+        now = time.perf_counter()
+        self._last_update_at = now
         step = current_step(self.model)
         if step == self._last_logged or step % self.every_steps:
             return
         self._last_logged = step
-        now = time.perf_counter()
         rate = (step - self._mark[1]) / max(now - self._mark[0], 1e-9)
         self._mark = (now, step)
         metrics = "  ".join(_fmt(k, v) for k, v in (logs or {}).items())
@@ -83,8 +89,11 @@ class ProgressLines(keras.callbacks.Callback):
                    f"{rate:.2f} updates/s")
 
     def on_epoch_end(self, epoch, logs=None):
+        ended = ""
+        if self._last_update_at is not None:
+            ended = f", epoch end {time.perf_counter() - self._last_update_at:.1f} s"
         metrics = "  ".join(_fmt(k, v) for k, v in (logs or {}).items())
-        self.write(f"epoch {epoch + 1}/{self.epochs} (update {current_step(self.model):,}): {metrics}")
+        self.write(f"epoch {epoch + 1}/{self.epochs} (update {current_step(self.model):,}{ended}): {metrics}")
 
 
 def resolve_verbose(verbose, train_config, enabled: bool = True, stream=None) -> tuple:

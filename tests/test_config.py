@@ -21,6 +21,8 @@ def test_base_and_big_match_the_paper():
     assert (base.train.train_steps, base.train.warmup_steps, base.train.label_smoothing) == (100000, 4000, 0.1)
     assert (base.train.adam_beta_1, base.train.adam_beta_2, base.train.adam_epsilon) == (0.9, 0.98, 1e-9)
     assert (base.decode.beam_size, base.decode.alpha, base.decode.max_extra_length) == (4, 0.6, 50)
+    assert base.decode.stop_rule == "bound"  # the paper's early stop; multi30k_tiny takes fairseq's
+    assert load_config("multi30k_tiny").decode.stop_rule == "beam_finished"
     b = big.model.resolved()
     assert (b.d_model, b.d_ff, b.num_heads, b.key_dim, b.dropout) == (1024, 4096, 16, 64, 0.3)
     assert big.train.train_steps == 300000 and big.train.average_last == 20
@@ -38,6 +40,7 @@ def test_table3_rows_change_only_their_fields():
 @pytest.mark.parametrize("override, message", [
     ("model.d_model=500", "model.d_model=500 is not divisible by model.num_heads=8"),
     ("model.dropout=-0.1", "model.dropout=-0.1 must be in [0, 1)"),
+    ("decode.stop_rule=first", "decode.stop_rule='first' must be one of 'bound', 'beam_finished'"),
     ("model.num_layers=0", "model.num_layers=0 must be > 0"),
     ("model.position_encoding=rotary", "model.position_encoding='rotary'"),
     ("model.d_ff=abc", "model.d_ff='abc' must be an integer"),

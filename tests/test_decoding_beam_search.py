@@ -473,3 +473,87 @@ def test_drop_finished_same_results_and_fewer_rows(beam):
     assert (kept_rows == B * beam).all()
     assert rows[0] == B * beam and rows[-1] < B * beam and (np.diff(rows) <= 0).all()
     assert rows.sum() < kept_rows.sum()
+
+
+# -- stop rules: "bound" (exact) and "beam_finished" (fairseq / OpenNMT / CTranslate2) ---------------
+
+
+def reference_search(table, beam, alpha, max_len, stop_rule):
+    """One sentence, in plain Python: the module docstring's search, with ``n_best=1``.
+    Returns ``(tokens, score)`` of the best hypothesis."""
+    lp = log_softmax_np(table)
+    V = lp.shape[0]
+    pen = lambda n: ((5.0 + n) / 6.0) ** alpha  # noqa: E731
+    alive, finished, n_finished = [(0.0, [BOS])], [], 0
+    for length in range(1, max_len + 1):
+        cands = sorted(((logp + lp[seq[-1], t], seq + [t]) for logp, seq in alive for t in range(V)),
+                       key=lambda c: -c[0])[: 2 * beam]
+        for rank, (logp, seq) in enumerate(cands):
+            if seq[-1] == EOS and rank < beam:
+                finished.append((logp / pen(length), seq))
+                n_finished += 1
+        finished = sorted(finished, key=lambda f: -f[0])[:beam]
+        alive = [c for c in cands if c[1][-1] != EOS][:beam]
+        if length == max_len:
+            if not finished:  # nothing ended: the best live hypothesis, cut
+                return alive[0][1][1:], alive[0][0] / pen(length)
+            break
+        if finished and alive[0][0] / pen(max_len) < finished[0][0]:
+            break  # the bound: nothing live can beat the best finished hypothesis
+        if stop_rule == "beam_finished" and n_finished >= beam:
+            break
+    return finished[0][1][1:], finished[0][0]
+
+
+def loop_table():
+    """BOS -> A or L (even); A -> EOS; L -> L (cheap) or EOS (dear). A long L loop wins under
+    a strong length penalty: the trap that the first ``beam`` endings avoid."""
+    A, L = 4, 5
+    table = np.full((6, 6), JUNK)
+    table[BOS, [A, L]] = 0.0
+    table[A, EOS] = 0.0
+    table[L, L], table[L, EOS] = 0.0, -3.0
+    table[[EOS, PAD, 1], EOS] = 0.0  # rows never used; any valid distribution
+    return table, A, L
+
+
+def test_beam_finished_stops_at_the_beam_th_ending_exact_search_takes_the_loop():
+    table, A, L = loop_table()
+    max_len, alpha = 12, 3.0
+    exact = brute_force(table, alpha, max_len, tokens=[EOS, A, L])[0]
+    assert exact[1] == [L] * (max_len - 1) + [EOS]  # the loop, as long as the limit allows
+    run = lambda rule: beam_search(markov_fn(table), tf.constant([BOS]), {}, 6, 2, alpha=alpha,  # noqa: E731
+                                   max_decode_length=max_len, eos_id=EOS, n_best=1, stop_rule=rule)
+    ids, scores = run("bound")
+    assert strip(ids.numpy()[0, 0]) == exact[1] and scores.numpy()[0, 0] == pytest.approx(exact[0], rel=1e-5)
+    # "A EOS" ends at step 2 (rank 0 of 4), "L L EOS" at step 3 (rank 1): two endings, stop;
+    # the better of the two by score is "A EOS"
+    ids, scores = run("beam_finished")
+    lp = log_softmax_np(table)
+    assert strip(ids.numpy()[0, 0]) == [A, EOS]
+    assert scores.numpy()[0, 0] == pytest.approx((lp[BOS, A] + lp[A, EOS]) / (7 / 6) ** alpha, rel=1e-5)
+    assert reference_search(table, 2, alpha, max_len, "beam_finished")[0] == [A, EOS]
+
+
+@pytest.mark.parametrize("stop_rule", ["bound", "beam_finished"])
+@pytest.mark.parametrize("beam, alpha", [(2, 0.6), (3, 1.4), (2, 3.0), (4, 3.0)])
+def test_stop_rules_equal_the_python_reference(stop_rule, beam, alpha):
+    V, max_len, different = 7, 9, 0
+    for seed in range(8):
+        table = random_table(300 + seed, vocab=V)
+        ids, scores = beam_search(markov_fn(table), tf.constant([BOS]), {}, V, beam, alpha=alpha,
+                                  max_decode_length=max_len, eos_id=EOS, n_best=1, stop_rule=stop_rule)
+        tokens, score = reference_search(table, beam, alpha, max_len, stop_rule)
+        assert strip(ids.numpy()[0, 0]) == tokens, seed
+        assert scores.numpy()[0, 0] == pytest.approx(score, rel=1e-5, abs=1e-6)
+        other = reference_search(table, beam, alpha, max_len, {"bound": "beam_finished"}.get(stop_rule, "bound"))
+        different += other[0] != tokens
+    if alpha == 3.0:
+        assert different == 2  # the rules disagree on 2 of these 8 tables: the comparison can fail
+
+
+def test_stop_rule_is_checked():
+    from tf_transformer.errors import UserError
+
+    with pytest.raises(UserError, match="stop_rule='first': expected one of 'bound', 'beam_finished'"):
+        beam_search(markov_fn(random_table(0)), tf.constant([BOS]), {}, 6, 2, stop_rule="first")

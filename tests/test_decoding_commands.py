@@ -280,3 +280,33 @@ def test_tft_translate_process_exits_at_once_with_its_status_and_every_line_writ
     assert (tmp_path / "hyp.de").read_text(encoding="utf-8").count("\n") == 2
     payload = json.loads((tmp_path / "scores.json").read_text())
     assert payload["sentences"] == 2 and 0 <= payload["scores"]["sacrebleu"]["score"] <= 100
+
+
+def test_stop_rule_beam_finished_never_beats_the_exact_search(tiny):
+    """The exact search (stop_rule "bound") returns the best-scoring hypothesis; stopping at
+    the beam-th ending returns one scoring at most as well, often the same one."""
+    sources = [s for s in tiny[1].encode(toy_sentences()[:40]) if s]
+    got = {rule: Translator(*tiny, beam_size=3, alpha=1.4, max_extra_length=8, stop_rule=rule).translate_ids(sources)
+           for rule in ("bound", "beam_finished")}
+    exact, first = got["bound"][1], got["beam_finished"][1]
+    assert all(f <= e + 1e-5 for f, e in zip(first, exact))
+    same = sum(a == b for a, b in zip(got["bound"][0], got["beam_finished"][0]))
+    assert same > len(sources) // 2
+    with pytest.raises(UserError, match="stop_rule='first'"):
+        Translator(*tiny, stop_rule="first")
+
+
+def test_cli_stop_rule(assets, tmp_path, capsys):
+    from tf_transformer.cli import main
+
+    src = tmp_path / "in.txt"
+    src.write_text("a dog runs.\nthe cat sits.\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    assert main(["translate", "--model", assets[0], "--vocab", assets[1], "--input", str(src), "--output",
+                 str(out), "--beam", "2", "--stop-rule", "beam_finished", "--quiet"]) == 0
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 2
+    assert main(["translate", "--model", assets[0], "--vocab", assets[1], "--input", str(src),
+                 "--config", "multi30k_small", "--set", "decode.stop_rule=first"]) == 2
+    assert "decode.stop_rule='first' must be one of 'bound', 'beam_finished'" in capsys.readouterr().err
+    assert main(["translate", "--engine", "ctranslate2", "--model", str(tmp_path), "--stop-rule", "bound"]) == 2
+    assert "--stop-rule bound: only for --engine tensorflow" in capsys.readouterr().err

@@ -62,7 +62,7 @@ def test_layout_and_in_process_rules(exported):
     assert (out / "1" / "saved_model.pb").is_file()
     assert (out / "ids_only" / "1" / "saved_model.pb").is_file()
     info = json.loads((out / "export.json").read_text())
-    assert info["decode"] == {"beam_size": 3, "alpha": 0.6, "max_extra_length": 8}
+    assert info["decode"] == {"beam_size": 3, "alpha": 0.6, "max_extra_length": 8, "stop_rule": "bound"}
     assert info["case_markup"] is False  # the tiny vocabulary has no case markers
     tr = ref["translation"]
     assert len(tr) == 64

@@ -56,6 +56,11 @@ def parse_args(argv=None):
                          "decode.alpha, 1.0 and 1.4)")
     ap.add_argument("--limit", type=int, default=None,
                     help="only the first N sentences of each split (a quick check; not a result)")
+    ap.add_argument("--stop-rule", choices=("bound", "beam_finished"), default=None,
+                    help="beam search's stop rule (default: the run's decode.stop_rule)")
+    ap.add_argument("--out", default=None,
+                    help="where report.md, results.json and the curve go (default: RUN/report); decoded "
+                         "outputs are cached in RUN/report/outputs either way")
     ap.add_argument("--train-seconds", type=float, default=None,
                     help="wall-clock seconds of the training command (recorded in the report)")
     return ap.parse_args(argv)
@@ -167,18 +172,21 @@ def decode_and_score(run: Path, name: str, model_path: Path, tokenizer, splits, 
     for split, beam, alpha in jobs:
         sources, references = splits[split]
         inputs = inputs_of[split]
-        hyp_path = cache_dir / f"{slug}.{split}.beam{beam}.alpha{alpha:g}.de"
+        rule = cfg.decode.stop_rule
+        suffix = ".beam-finished" if rule == "beam_finished" and beam > 1 else ""
+        hyp_path = cache_dir / f"{slug}.{split}.beam{beam}.alpha{alpha:g}{suffix}.de"
         meta_path = hyp_path.with_suffix(".json")
         meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+        meta.setdefault("stop_rule", "bound")  # outputs cached before there was a choice
         # what the cached outputs depend on: the weights, the sentences (--limit), the decoding
         key = {"weights": weights, "inputs": inputs, "alpha": alpha,
-               "max_extra_length": cfg.decode.max_extra_length}
+               "max_extra_length": cfg.decode.max_extra_length, "stop_rule": rule if beam > 1 else "bound"}
         if any(meta.get(k) != v for k, v in key.items()):  # not decoded yet, or otherwise: decode again
             if model is None:
                 model = keras.saving.load_model(str(model_path), compile=False)
             translator = Translator(model, tokenizer, beam_size=beam, alpha=alpha,
                                     max_extra_length=cfg.decode.max_extra_length,
-                                    batch_size=cfg.decode.batch_size)
+                                    batch_size=cfg.decode.batch_size, stop_rule=rule)
             start = time.time()
             hyps, _, _ = translator.translate(sources)
             seconds = time.time() - start
@@ -253,11 +261,13 @@ def main(argv=None) -> int:
 
     run = Path(args.run)
     cfg = load_config(str(run / "config.yaml"), require_vocab=True)
+    if args.stop_rule is not None:
+        cfg.decode.stop_rule = args.stop_rule
     rows = read_eval_log(run / "eval.jsonl")
     if not rows:
         say(f"{run / 'eval.jsonl'} has no evaluations: was train.eval_bleu_every_steps set?")
         return 2
-    out_dir = run / "report"
+    out_dir = Path(args.out) if args.out else run / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
     beams = [int(b) for b in args.beams.split(",")]
     alphas = parse_alphas(args.alphas, cfg.decode.alpha)
@@ -294,7 +304,8 @@ def main(argv=None) -> int:
                  f"{eval_seconds / 60:.1f} min (cached parts not counted)."
                  + (f" Training command: {args.train_seconds / 60:.1f} min." if args.train_seconds else ""))
     lines += ["", f"**Chosen on val** (lowercased Moses-tokenized BLEU): {chosen[0]}, beam {chosen[1]}, "
-              f"alpha {chosen[2]:g} (from {', '.join(f'{a:g}' for a in alphas)}). "
+              f"alpha {chosen[2]:g} (from {', '.join(f'{a:g}' for a in alphas)}; beam search stop rule "
+              f"`{cfg.decode.stop_rule}`). "
               f"test2016: sacreBLEU **{test['scores']['sacrebleu']:.2f}**, lowercased "
               f"Moses-tokenized BLEU **{test['scores']['bleu_lc_moses']:.2f}** (published "
               f"{PUBLISHED['name']}: {PUBLISHED['bleu_lc_moses']}), chrF2 {test['scores']['chrf']:.2f}.", ""]
@@ -327,8 +338,9 @@ def main(argv=None) -> int:
                      f"{r.get('val_loss', float('nan')):.3f} | {r.get('val_perplexity', float('nan')):.2f} |")
     (out_dir / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     payload = {"run": str(run), "updates": last["step"], "train_minutes": train_minutes, "chosen": list(chosen),
-               "alphas": alphas, "results": {n: {f"{s}/beam{b}/alpha{a:g}": m for (s, b, a), m in r.items()}
-                                             for n, r in results.items()}, "evaluations": rows}
+               "alphas": alphas, "stop_rule": cfg.decode.stop_rule,
+               "results": {n: {f"{s}/beam{b}/alpha{a:g}": m for (s, b, a), m in r.items()}
+                           for n, r in results.items()}, "evaluations": rows}
     (out_dir / "results.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     print(f"report: {chosen[0]}, beam {chosen[1]}, alpha {chosen[2]:g} (chosen on val): test2016 sacreBLEU "
           f"{test['scores']['sacrebleu']:.2f}, BLEU lc Moses {test['scores']['bleu_lc_moses']:.2f}; wrote "

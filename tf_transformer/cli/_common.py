@@ -105,7 +105,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, *, required: bool = Fa
 
 
 def add_decode_settings(parser: argparse.ArgumentParser, *, baked_into: str = "") -> None:
-    """``--beam``, ``--alpha`` and ``--max-extra-len``, the same in every command that decodes or
+    """``--beam``, ``--alpha``, ``--max-extra-len`` and ``--stop-rule``, the same in every command that decodes or
     exports; each defaults to ``None``: the ``decode`` section of ``--config`` gives it
     (``decode_settings`` in :mod:`tf_transformer.cli.decode`). ``baked_into``: what the settings
     are written into instead of being used at once (``tft export``: "the export"), said in
@@ -118,6 +118,11 @@ def add_decode_settings(parser: argparse.ArgumentParser, *, baked_into: str = ""
     parser.add_argument("--max-extra-len", type=int, default=None,
                         help=f"output may be up to input length + this many tokens{baked} (default: "
                              "decode.max_extra_length of the config, 50)")
+    parser.add_argument("--stop-rule", choices=("bound", "beam_finished"), default=None,
+                        help=f"when beam search stops a sentence{baked}: bound = the paper's early stop, "
+                             "exact under the length penalty; beam_finished = also once beam-size hypotheses "
+                             "have ended (fairseq's, OpenNMT's and CTranslate2's rule: fewer steps, and no "
+                             "long loops at a large --alpha) (default: decode.stop_rule of the config, bound)")
 
 
 def _role(match) -> str:

@@ -80,8 +80,8 @@ def decode_settings(args):
             raise UserError("--set needs --config (the overrides apply to a config)")
         decode = DecodeConfig()
     for flag, field in (("beam", "beam_size"), ("alpha", "alpha"), ("max_extra_len", "max_extra_length"),
-                        ("batch_size", "batch_size")):
-        value = getattr(args, flag)
+                        ("batch_size", "batch_size"), ("stop_rule", "stop_rule")):
+        value = getattr(args, flag, None)
         if value is not None:
             setattr(decode, field, value)
     from tf_transformer.errors import ConfigError
@@ -90,7 +90,7 @@ def decode_settings(args):
         decode.validate()
     except ConfigError as e:
         flag = {"decode.beam_size": "--beam", "decode.alpha": "--alpha", "decode.max_extra_length": "--max-extra-len",
-                "decode.batch_size": "--batch-size"}
+                "decode.batch_size": "--batch-size", "decode.stop_rule": "--stop-rule"}
         text = str(e)
         for k, v in flag.items():
             text = text.replace(k, v)
@@ -120,7 +120,7 @@ def build_translator(args):
     mark(args, "model and vocabulary")
     translator = Translator(model, tok, beam_size=decode.beam_size, alpha=decode.alpha,
                             max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
-                            jit_compile=args.xla, workers=max(threads, 1))
+                            jit_compile=args.xla, workers=max(threads, 1), stop_rule=decode.stop_rule)
     return cfg, decode, translator
 
 
@@ -155,7 +155,7 @@ def import_tensorflow(threads: int = 0, required: bool = True) -> None:
 MODEL_FLAGS = {"model ": "--model ", "vocabulary ": "--vocab "}
 #: The words of :func:`tf_transformer.decoding.batches.check_decode_settings` (and ``threads=``) -> flags.
 DECODE_FLAGS = {"beam_size=": "--beam ", "alpha=": "--alpha ", "max_extra_length=": "--max-extra-len ",
-                "batch_size=": "--batch-size ", "threads=": "--threads "}
+                "batch_size=": "--batch-size ", "threads=": "--threads ", "stop_rule=": "--stop-rule "}
 
 
 def load_model_and_vocabulary(args, cfg):
@@ -179,6 +179,9 @@ def build_ct2_translator(args, decode, vocab):
 
     if args.xla:
         raise UserError("--xla: only for --engine tensorflow")
+    if getattr(args, "stop_rule", None) == "bound":
+        raise UserError("--stop-rule bound: only for --engine tensorflow (CTranslate2's beam search stops a "
+                        "sentence once beam-size hypotheses have ended, as --stop-rule beam_finished does)")
     tok = None
     if vocab:
         from tf_transformer.decoding.translator import load_tokenizer
@@ -199,7 +202,8 @@ def build_ct2_translator(args, decode, vocab):
 def describe(decode) -> str:
     if decode.beam_size == 1:
         return f"greedy, max +{decode.max_extra_length} tokens"
-    return f"beam {decode.beam_size}, alpha {decode.alpha:g}, max +{decode.max_extra_length} tokens"
+    rule = ", stopping at the beam-th ending" if decode.stop_rule == "beam_finished" else ""
+    return f"beam {decode.beam_size}, alpha {decode.alpha:g}, max +{decode.max_extra_length} tokens{rule}"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
             "data": what,
             "sentences": len(sources),
             "decode": {"beam_size": decode.beam_size, "alpha": decode.alpha,
-                       "max_extra_length": decode.max_extra_length},
+                       "max_extra_length": decode.max_extra_length, "stop_rule": decode.stop_rule},
             "model": args.model,
             "seconds": round(seconds, 2),
             "scores": {k: {"name": s.name, "score": round(s.score, 4), "signature": s.signature}

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         written = export_model(model, tok, args.output, version=args.version, beam_size=decode.beam_size,
                                alpha=decode.alpha, max_extra_length=decode.max_extra_length,
-                               overwrite=args.force, source=args.model)
+                               overwrite=args.force, source=args.model, stop_rule=decode.stop_rule)
     except VersionExists as e:
         raise UserError(f"{e.path} already exists; export as --version {e.next_version} (TF Serving picks the "
                         "highest) or pass --force to replace it") from None

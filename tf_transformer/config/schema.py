@@ -20,6 +20,8 @@ DATA_SOURCES = ("multi30k", "text", "tfds", "prepared")
 SERVICE_MODES = ("distributed_epoch", "parallel_epochs")
 #: ``data.batching`` values (how training batches are formed).
 BATCHING_MODES = ("buckets", "sorted_chunks")
+#: ``decode.stop_rule`` values (beam search's stop rules: tf_transformer.decoding.beam_search).
+STOP_RULES = ("bound", "beam_finished")
 
 #: A file field of the data section: one path, a glob (``corpus/*.en.gz``) or a list of them.
 Paths = Union[str, list[str], None]
@@ -332,6 +334,10 @@ class DecodeConfig:
     alpha: float = 0.6
     max_extra_length: int = 50  # output may be up to input length + this
     batch_size: int = 64  # sentences per decoding batch
+    # when beam search stops a sentence: "bound" (the paper's early stop, exact under the
+    # length penalty) or "beam_finished" (also once beam_size hypotheses have ended: fairseq,
+    # OpenNMT, CTranslate2)
+    stop_rule: str = "bound"
 
     def validate(self) -> None:
         p = "decode."
@@ -341,6 +347,8 @@ class DecodeConfig:
             raise ConfigError(f"{p}alpha={self.alpha} must be >= 0")
         if self.max_extra_length < 0:
             raise ConfigError(f"{p}max_extra_length={self.max_extra_length} must be >= 0")
+        if self.stop_rule not in STOP_RULES:
+            raise ConfigError(f"{p}stop_rule={self.stop_rule!r} must be one of {', '.join(map(repr, STOP_RULES))}")
 
 
 @dataclass

@@ -14,6 +14,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterable, Sequence
 
+from tf_transformer.config.schema import STOP_RULES
 from tf_transformer.errors import UserError
 
 __all__ = ["TranslationStats", "check_beam_settings", "check_decode_settings", "decode_in_batches", "translate_texts"]
@@ -41,6 +42,12 @@ def check_beam_settings(beam_size: int, alpha: float) -> None:
         raise UserError(f"beam_size={beam_size}: must be >= 1")
     if alpha < 0:
         raise UserError(f"alpha={alpha}: must be >= 0")
+
+
+def check_stop_rule(stop_rule: str) -> None:
+    """Raise :class:`UserError` for a beam-search stop rule other than :data:`STOP_RULES`."""
+    if stop_rule not in STOP_RULES:
+        raise UserError(f"stop_rule={stop_rule!r}: expected one of {', '.join(map(repr, STOP_RULES))}")
 
 
 def check_decode_settings(beam_size: int, alpha: float, max_extra_length: int, batch_size: int) -> None:

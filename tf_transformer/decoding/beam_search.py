@@ -36,6 +36,13 @@ The search (section 4 of the paper, with Wu et al. 2016's length penalty):
   first ``n_best`` hypotheses exact (``translate_batch`` takes the best one) compares the
   bound with the ``n_best``-th finished score instead, and stops sooner: with ``n_best=1``,
   as soon as nothing live can beat the best finished hypothesis, which is then final;
+* ``stop_rule="beam_finished"`` adds the rule of fairseq, OpenNMT and CTranslate2: a
+  sentence also stops as soon as ``beam`` hypotheses have finished, whatever the live ones
+  could still score. That search is not exact under the length penalty: with a large
+  ``alpha`` the exact search can prefer a much longer hypothesis that ends later, often
+  a loop that is cheap per token ("unglückliche unglückliche ..."), which the
+  first ``beam`` endings rule out. It also runs fewer steps. The bound above still
+  applies, so the best hypothesis equals that of stopping at the ``beam``-th ending alone;
 * **the length limit** (the rule of tensor2tensor and TF Model Garden): a hypothesis cut
   at the limit without EOS never competes with finished ones. Only a sentence that has
   no finished hypothesis at all when it reaches its limit returns its best live
@@ -65,7 +72,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tf_transformer.decoding.batches import check_beam_settings
+from tf_transformer.decoding.batches import check_beam_settings, check_stop_rule
 
 __all__ = ["beam_search", "length_penalty"]
 
@@ -193,6 +200,7 @@ def beam_search(
     n_best: int | None = None,
     sentence_cache=None,
     drop_finished: bool = False,
+    stop_rule: str = "bound",
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Beam search over ``symbols_to_logits_fn`` (see the module docstring for its contract).
 
@@ -224,6 +232,9 @@ def beam_search(
         (``[batch * beam, ...]``, beam-major), never reordered.
       drop_finished: remove stopped sentences from the state as the search goes (see the
         module docstring); needs dynamic shapes (not under XLA).
+      stop_rule: ``"bound"`` (exact: a sentence runs until no live hypothesis can beat its
+        finished ones, or its limit) or ``"beam_finished"`` (also stop a sentence once
+        ``beam_size`` hypotheses have finished; see the module docstring).
 
     Returns:
       ``(ids, scores)``: ``ids`` int32 ``[batch, beam, max_decode_length + 1]`` with the
@@ -234,6 +245,7 @@ def beam_search(
       score ``-inf`` (the filled ones are the exact top of the search).
     """
     check_beam_settings(beam_size, alpha)
+    check_stop_rule(stop_rule)
     if vocab_size < 2:
         raise ValueError(f"vocab_size={vocab_size} must be >= 2")
     K = int(beam_size)
@@ -341,6 +353,8 @@ def beam_search(
             )
             hopeless = tf.reduce_any(new_finished_flags, axis=1) & (best_possible < bar)
             new_done = new_done | hopeless
+        if stop_rule == "beam_finished":
+            new_done = new_done | tf.reduce_all(new_finished_flags, axis=1)
         new_alive_log_probs = tf.where(new_done[:, None], _NEG_INF, new_alive_log_probs)
         state = (new_alive_seq, new_alive_log_probs, new_alive_cache, new_finished_seq, new_finished_scores,
                  new_finished_flags, new_done, rows, max_lengths, max_lp, sentence_cache,

@@ -174,6 +174,7 @@ def translate_batch(
     cached: bool = True,
     stop_early: bool = True,
     static_cache: bool | None = None,
+    stop_rule: str = "bound",
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Translate a padded batch of source ids.
 
@@ -190,6 +191,9 @@ def translate_batch(
         ``min(source_length + max_extra_length, model.max_length)``: a Python int when the
         source length is static (XLA-friendly), a tensor otherwise.
       cached: use the key/value cache (``False``: re-run the decoder over the prefix).
+      stop_rule: when a beam-search sentence stops: ``"bound"`` (exact under the length
+        penalty) or ``"beam_finished"`` (also once ``beam_size`` hypotheses have ended, as
+        fairseq, OpenNMT and CTranslate2 do); see :mod:`tf_transformer.decoding.beam_search`.
       static_cache: preallocated key/value buffers (``True``) or ones that grow per step
         (``False``); default: preallocated only inside an XLA-compiled function (see
         :func:`cached_decoder`). The outputs are the same.
@@ -232,6 +236,6 @@ def translate_batch(
         ids, scores = beam_search(fn, initial_ids, cache, int(model.vocab_size), int(beam_size), alpha,
                                   max_decode_length, eos_id, max_lengths=max_lengths,
                                   stop_early=stop_early, pad_id=pad_id, n_best=1, sentence_cache=sentence,
-                                  drop_finished=drop)
+                                  drop_finished=drop, stop_rule=stop_rule)
         ids, scores = ids[:, 0], scores[:, 0]
     return strip_after_eos(ids[:, 1:], eos_id, pad_id), scores

@@ -173,7 +173,8 @@ class Translator:
     """
 
     def __init__(self, model, tokenizer, beam_size: int = 4, alpha: float = 0.6, max_extra_length: int = 50,
-                 batch_size: int = 64, jit_compile: bool = False, cached: bool = True, workers: int = 1):
+                 batch_size: int = 64, jit_compile: bool = False, cached: bool = True, workers: int = 1,
+                 stop_rule: str = "bound"):
         import tensorflow as tf
 
         from tf_transformer.decoding.model_fns import model_limit, translate_batch
@@ -181,6 +182,7 @@ class Translator:
 
         model = as_transformer(model)
         batches.check_decode_settings(beam_size, alpha, max_extra_length, batch_size)
+        batches.check_stop_rule(stop_rule)
         if workers < 1:
             raise UserError(f"workers={workers}: must be >= 1")
         self.workers = int(workers)
@@ -188,6 +190,7 @@ class Translator:
         self.tokenizer = tokenizer
         self.beam_size = int(beam_size)
         self.alpha = float(alpha)
+        self.stop_rule = stop_rule
         self.max_extra_length = int(max_extra_length)
         self.batch_size = int(batch_size)
         self.limit = model_limit(model)
@@ -196,7 +199,8 @@ class Translator:
 
         def decode(source_ids):
             return translate_batch(model, source_ids, beam_size=self.beam_size, alpha=self.alpha,
-                                   max_extra_length=self.max_extra_length, bos_id=bos, eos_id=eos, cached=cached)
+                                   max_extra_length=self.max_extra_length, bos_id=bos, eos_id=eos, cached=cached,
+                                   stop_rule=self.stop_rule)
 
         # autograph=False: the decoding code writes its loops with tf.while_loop/tf.cond itself,
         # and converting the Keras layers' Python for nothing took most of the tracing time

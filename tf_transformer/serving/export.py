@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tf_transformer.decoding.batches import check_stop_rule
 from tf_transformer.errors import UserError
 from tf_transformer.io import atomic_path, atomic_write, check_writable, say, state_bytes
 from tf_transformer.serving.info import export_info
@@ -59,12 +60,12 @@ def _module_class():
         resource when ``tokenizer`` is given, and the signature functions."""
 
         def __init__(self, model, tokenizer=None, beam_size=4, alpha=0.6, max_extra_length=50, bos_id=2,
-                     eos_id=3, unk_id=1):
+                     eos_id=3, unk_id=1, stop_rule="bound"):
             super().__init__(name="translator")
             self.model = model
             self._settings = {"beam_size": int(beam_size), "alpha": float(alpha),
                               "max_extra_length": int(max_extra_length), "bos_id": int(bos_id),
-                              "eos_id": int(eos_id)}
+                              "eos_id": int(eos_id), "stop_rule": str(stop_rule)}
             self._limit = model_limit(model)
             self._vocab_size = int(model.vocab_size)
             self._unk_id = int(unk_id)
@@ -104,17 +105,19 @@ def _module_class():
     return TranslatorModule
 
 
-def build_module(model, tokenizer=None, beam_size=4, alpha=0.6, max_extra_length=50):
+def build_module(model, tokenizer=None, beam_size=4, alpha=0.6, max_extra_length=50, stop_rule="bound"):
     """A ``tf.Module`` with ``translate_ids`` (and ``translate`` when ``tokenizer`` is given)."""
+    check_stop_rule(stop_rule)
     cls = _module_class()
-    kwargs = {}
+    kwargs = {"stop_rule": stop_rule}
     if tokenizer is not None:
-        kwargs = {"bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id, "unk_id": tokenizer.unk_id}
+        kwargs.update(bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, unk_id=tokenizer.unk_id)
     return cls(model, tokenizer, beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length, **kwargs)
 
 
 def export_model(model, tokenizer, output_dir, version: int = 1, beam_size: int = 4, alpha: float = 0.6,
-                 max_extra_length: int = 50, overwrite: bool = False, source: str = "", log=None) -> dict:
+                 max_extra_length: int = 50, overwrite: bool = False, source: str = "", log=None,
+                 stop_rule: str = "bound") -> dict:
     """Write ``output_dir/<version>`` (translate + translate_ids), ``output_dir/ids_only/<version>``
     (translate_ids, core ops only) and ``output_dir/export.json``. Returns their paths."""
     import tensorflow as tf
@@ -130,7 +133,8 @@ def export_model(model, tokenizer, output_dir, version: int = 1, beam_size: int 
             nxt = (max(existing) + 1) if existing else version + 1
             raise VersionExists(d, nxt)
     check_writable(out, 2 * (state_bytes(model) + 2**20), "two SavedModels")  # before tracing
-    settings = {"beam_size": beam_size, "alpha": alpha, "max_extra_length": max_extra_length}
+    check_stop_rule(stop_rule)
+    settings = {"beam_size": beam_size, "alpha": alpha, "max_extra_length": max_extra_length, "stop_rule": stop_rule}
 
     written = {}
     for name, target, tok in (("full", full_dir, tokenizer), ("ids_only", ids_dir, None)):

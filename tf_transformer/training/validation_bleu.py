@@ -73,8 +73,8 @@ class ValidationBLEU(keras.callbacks.Callback):
         sources, references: validation sentences (detokenized text, parallel lists).
         every_steps: evaluate when the update counter is a multiple of this (call sites
             make it a multiple of ``fit``'s updates per epoch; evaluation runs at epoch end).
-        beam_size, alpha, max_extra_length, batch_size: decoding settings (``beam_size=1``:
-            greedy).
+        beam_size, alpha, max_extra_length, batch_size, stop_rule: decoding settings
+            (``beam_size=1``: greedy), as :class:`~tf_transformer.decoding.translator.Translator`'s.
         max_sentences: score only the first this many pairs (a fixed sample); ``None``: all.
         metric: ``"val_bleu"`` or ``"val_loss"``: what "best" and "patience" look at.
         patience: stop after this many evaluations without improvement; ``None``: never.
@@ -91,7 +91,8 @@ class ValidationBLEU(keras.callbacks.Callback):
 
     def __init__(self, transformer, tokenizer, sources: Sequence[str], references: Sequence[str], *,
                  every_steps: int, beam_size: int = 1, alpha: float = 0.6, max_extra_length: int = 50,
-                 batch_size: int = 128, max_sentences: Optional[int] = None, metric: str = "val_bleu",
+                 batch_size: int = 128, stop_rule: str = "bound", max_sentences: Optional[int] = None,
+                 metric: str = "val_bleu",
                  patience: Optional[int] = None, keep_best: int = 1, best_dir=None, log_path=None,
                  checkpoint=None, tensorboard_dir=None, enabled: bool = True,
                  log: Optional[Callable[[str], None]] = None):
@@ -110,7 +111,8 @@ class ValidationBLEU(keras.callbacks.Callback):
         self.references = list(references)
         self.every_steps = int(every_steps)
         self.decode_settings = dict(beam_size=int(beam_size), alpha=float(alpha),
-                                    max_extra_length=int(max_extra_length), batch_size=int(batch_size))
+                                    max_extra_length=int(max_extra_length), batch_size=int(batch_size),
+                                    stop_rule=stop_rule)
         self.metric = metric
         self.patience = patience
         self.keep_best = int(keep_best)

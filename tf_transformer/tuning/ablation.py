@@ -288,7 +288,7 @@ def evaluate_row(model, cfg: Config, tokenizer, beam_size: int, alpha: float, bl
         + ("greedily" if beam_size == 1 else f"(beam {beam_size})"))
     bleu = corpus_bleu(model, tokenizer, sources, references, beam_size=beam_size, alpha=alpha,
                        max_extra_length=cfg.decode.max_extra_length, batch_size=cfg.decode.batch_size,
-                       all_metrics=True)
+                       all_metrics=True, stop_rule=cfg.decode.stop_rule)
     return {"ppl": ppl["perplexity"], "valid_nll": ppl["nll"], "valid_accuracy": ppl["accuracy"],
             "bleu": bleu["bleu"], "bleu_signature": bleu["signature"], "bleu_lowercase": bleu["bleu_lowercase"],
             "bleu_tokenized": bleu["bleu_tokenized"], "chrf": bleu["chrf"], "bleu_sentences": bleu["sentences"],

@@ -38,13 +38,14 @@ def split_perplexity(model, data_config, tokenizer, split: str = "valid", steps:
 
 def corpus_bleu(model, tokenizer, sources: Sequence[str], references: Sequence[str], beam_size: int = 1,
                 alpha: float = 0.6, max_extra_length: int = 50, batch_size: int = 64, progress=None,
-                all_metrics: bool = False) -> dict:
+                all_metrics: bool = False, stop_rule: str = "bound") -> dict:
     """Translate ``sources`` and score against ``references`` with sacreBLEU
     (:mod:`tf_transformer.evaluation.bleu`).
 
     Returns ``{"bleu", "signature", "sentences", "seconds", "hypotheses"}``; with
     ``all_metrics`` also ``bleu_lowercase`` (lowercased 13a BLEU, comparable with Multi30k
     papers), ``bleu_tokenized`` (the paper's tokenized, compound-split BLEU) and ``chrf``.
+    ``stop_rule``: the beam search's (:class:`~tf_transformer.decoding.translator.Translator`).
     """
     from tf_transformer.decoding.translator import Translator
     from tf_transformer.evaluation import bleu as metrics
@@ -53,7 +54,7 @@ def corpus_bleu(model, tokenizer, sources: Sequence[str], references: Sequence[s
         raise ValueError(f"{len(sources)} sources but {len(references)} references")
     start = time.time()
     translator = Translator(model, tokenizer, beam_size=beam_size, alpha=alpha,
-                            max_extra_length=max_extra_length, batch_size=batch_size)
+                            max_extra_length=max_extra_length, batch_size=batch_size, stop_rule=stop_rule)
     hypotheses, _, _ = translator.translate(list(sources), progress=progress)
     score = metrics.sacre_bleu(hypotheses, references)
     out = {"bleu": float(score.score), "signature": score.signature, "sentences": len(sources),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from helpers.tools import load_tool
 
@@ -81,3 +83,13 @@ def test_loops_are_repetitions_not_length(report):
     assert not report.has_loop("")
     hypotheses = ["eine junge Frau klettert an einer steilen Felswand hoch", "und und und", "a b c a b c"]
     assert report.loop_count(hypotheses) == 2  # long is not a loop; the other two are
+
+
+def test_minutes_left_counts_every_sitting(report, tmp_path, capsys):
+    assert report.minutes_left(tmp_path, 105) == 105  # nothing trained yet
+    rows = [{"step": 100, "minutes": 1.9, "val_bleu": 0.0}, {"step": 3200, "minutes": 55.1, "val_bleu": 35.4}]
+    (tmp_path / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 33', "utf-8")
+    assert report.minutes_left(tmp_path, 105) == pytest.approx(49.9)  # the torn last line is ignored
+    assert report.minutes_left(tmp_path, 50) < 0
+    assert report.main(["--run", str(tmp_path), "--minutes-left", "105"]) == 0
+    assert capsys.readouterr().out.strip() == "49.900"

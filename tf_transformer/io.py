@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shutil
 import sys
@@ -402,3 +403,21 @@ def write_run_config(cfg, path: Union[str, os.PathLike]) -> Path:
 
     raw = {"name": cfg.name, **cfg.to_dict()} if cfg.name else cfg.to_dict()
     return atomic_write(path, "# resolved configuration written by tft train\n" + yaml.safe_dump(raw, sort_keys=False))
+
+
+def read_eval_log(path) -> list[dict]:
+    """The rows of an ``eval.jsonl`` file (oldest first); a torn last line is ignored. Here
+    (not in the training package) so that tools can read a run's log without Keras."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # a write interrupted by a kill: everything after it is suspect
+    return rows

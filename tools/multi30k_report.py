@@ -61,6 +61,11 @@ def parse_args(argv=None):
     ap.add_argument("--out", default=None,
                     help="where report.md, results.json and the curve go (default: RUN/report); decoded "
                          "outputs are cached in RUN/report/outputs either way")
+    ap.add_argument("--minutes-left", type=float, default=None, metavar="BUDGET",
+                    help="print what is left of a whole run's training budget of BUDGET minutes (BUDGET "
+                         "minus the run's training clock at its last evaluation) and exit; "
+                         "tools/reproduce_multi30k.sh uses it so a resumed run gets only what its earlier "
+                         "sittings left")
     ap.add_argument("--train-seconds", type=float, default=None,
                     help="wall-clock seconds of the training command (recorded in the report)")
     return ap.parse_args(argv)
@@ -69,6 +74,16 @@ def parse_args(argv=None):
 def run_on_count(sources, hypotheses) -> int:
     """Outputs with more than twice as many words as their source (degenerate run-ons)."""
     return sum(1 for s, h in zip(sources, hypotheses) if len(h.split()) > 2 * max(1, len(s.split())))
+
+
+def minutes_left(run, budget: float) -> float:
+    """``budget`` minus the run's training minutes so far: its clock at its last evaluation
+    (``eval.jsonl``, summed over every sitting; 0 for a run not started). Training after that
+    evaluation (at most one evaluation interval) is not counted."""
+    from tf_transformer.io import read_eval_log
+
+    rows = read_eval_log(Path(run) / "eval.jsonl")
+    return float(budget) - (float(rows[-1].get("minutes", 0.0)) if rows else 0.0)
 
 
 def has_loop(text: str) -> bool:
@@ -273,6 +288,9 @@ def plot_curve(rows, path: Path) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.minutes_left is not None:
+        print(f"{minutes_left(args.run, args.minutes_left):.3f}")
+        return 0
     from tf_transformer.decoding import decoding_environment
 
     decoding_environment()  # this process only decodes: as tft translate/evaluate do (same outputs)

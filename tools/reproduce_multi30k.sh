@@ -15,7 +15,8 @@
 #
 # Usage: tools/reproduce_multi30k.sh [RUN_DIR] [-- extra tft train --set overrides]
 #   RUN_DIR   default runs/multi30k_tiny
-#   MINUTES   environment: wall-clock budget of one training process (default 100)
+#   MINUTES   environment: wall-clock training budget of the whole run (default 100); a
+#             resumed run trains for what its earlier sittings left of it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN=${1:-runs/multi30k_tiny}
@@ -28,8 +29,13 @@ OVERRIDES=()
 for o in "$@"; do OVERRIDES+=(--set "$o"); done
 
 start=$(date +%s)
-echo "reproduce: training multi30k_tiny into $RUN (at most $MINUTES minutes in this process)" >&2
-"$PY" -m tf_transformer.cli train --config multi30k_tiny --model-dir "$RUN" \
-    --set train.max_minutes="$MINUTES" "${OVERRIDES[@]}"
+LEFT=$("$PY" tools/multi30k_report.py --run "$RUN" --minutes-left "$MINUTES")
+if awk -v left="$LEFT" 'BEGIN { exit !(left > 0) }'; then
+    echo "reproduce: training multi30k_tiny into $RUN (budget $MINUTES minutes for the whole run, $LEFT left)" >&2
+    "$PY" -m tf_transformer.cli train --config multi30k_tiny --model-dir "$RUN" \
+        --set train.max_minutes="$LEFT" "${OVERRIDES[@]}"
+else
+    echo "reproduce: $RUN has used its training budget of $MINUTES minutes; on to the report" >&2
+fi
 trained=$(date +%s)
 "$PY" tools/multi30k_report.py --run "$RUN" --train-seconds $((trained - start))

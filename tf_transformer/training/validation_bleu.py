@@ -32,29 +32,12 @@ from typing import Callable, Optional, Sequence
 
 import keras
 
-from tf_transformer.io import atomic_write, save_weights
+from tf_transformer.io import atomic_write, read_eval_log, save_weights
 from tf_transformer.training.callbacks import current_step
 
 METRICS = ("val_bleu", "val_loss")
 
 __all__ = ["METRICS", "ValidationBLEU", "read_eval_log"]
-
-
-def read_eval_log(path) -> list[dict]:
-    """The rows of an ``eval.jsonl`` file (oldest first); a torn last line is ignored."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # a write interrupted by a kill: everything after it is suspect
-    return rows
 
 
 def _better(metric: str, new: float, old: Optional[float]) -> bool:

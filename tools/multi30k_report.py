@@ -39,6 +39,8 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+from tf_transformer.config.schema import STOP_RULES  # noqa: E402  (no TensorFlow: 25 ms)
+
 PUBLISHED = {"name": "Transformer-Tiny (Wu et al., ACL 2021)", "bleu_lc_moses": 41.02}
 METRIC_KEYS = ("sacrebleu", "bleu_lc_moses", "bleu_lc", "chrf")
 
@@ -56,7 +58,7 @@ def parse_args(argv=None):
                          "decode.alpha, 1.0 and 1.4)")
     ap.add_argument("--limit", type=int, default=None,
                     help="only the first N sentences of each split (a quick check; not a result)")
-    ap.add_argument("--stop-rule", choices=("bound", "beam_finished"), default=None,
+    ap.add_argument("--stop-rule", choices=STOP_RULES, default=None,
                     help="beam search's stop rule (default: the run's decode.stop_rule)")
     ap.add_argument("--out", default=None,
                     help="where report.md, results.json and the curve go (default: RUN/report); decoded "
@@ -297,7 +299,7 @@ def main(argv=None) -> int:
     from tf_transformer.config import load_config
     from tf_transformer.data import read_parallel_text
     from tf_transformer.data.tokenizer import Tokenizer
-    from tf_transformer.training.validation_bleu import read_eval_log
+    from tf_transformer.io import read_eval_log
 
     run = Path(args.run)
     cfg = load_config(str(run / "config.yaml"), require_vocab=True)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from tf_transformer.config.schema import STOP_RULES
 from tf_transformer.errors import UserError
 
 
@@ -118,7 +119,7 @@ def add_decode_settings(parser: argparse.ArgumentParser, *, baked_into: str = ""
     parser.add_argument("--max-extra-len", type=int, default=None,
                         help=f"output may be up to input length + this many tokens{baked} (default: "
                              "decode.max_extra_length of the config, 50)")
-    parser.add_argument("--stop-rule", choices=("bound", "beam_finished"), default=None,
+    parser.add_argument("--stop-rule", choices=STOP_RULES, default=None,
                         help=f"when beam search stops a sentence{baked}: bound = the paper's early stop, "
                              "exact under the length penalty; beam_finished = also once beam-size hypotheses "
                              "have ended (fairseq's, OpenNMT's and CTranslate2's rule: fewer steps, and no "

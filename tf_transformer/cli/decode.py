@@ -81,7 +81,7 @@ def decode_settings(args):
         decode = DecodeConfig()
     for flag, field in (("beam", "beam_size"), ("alpha", "alpha"), ("max_extra_len", "max_extra_length"),
                         ("batch_size", "batch_size"), ("stop_rule", "stop_rule")):
-        value = getattr(args, flag, None)
+        value = getattr(args, flag)
         if value is not None:
             setattr(decode, field, value)
     from tf_transformer.errors import ConfigError
@@ -179,7 +179,7 @@ def build_ct2_translator(args, decode, vocab):
 
     if args.xla:
         raise UserError("--xla: only for --engine tensorflow")
-    if getattr(args, "stop_rule", None) == "bound":
+    if args.stop_rule == "bound":
         raise UserError("--stop-rule bound: only for --engine tensorflow (CTranslate2's beam search stops a "
                         "sentence once beam-size hypotheses have ended, as --stop-rule beam_finished does)")
     tok = None

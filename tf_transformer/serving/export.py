@@ -133,7 +133,6 @@ def export_model(model, tokenizer, output_dir, version: int = 1, beam_size: int 
             nxt = (max(existing) + 1) if existing else version + 1
             raise VersionExists(d, nxt)
     check_writable(out, 2 * (state_bytes(model) + 2**20), "two SavedModels")  # before tracing
-    check_stop_rule(stop_rule)
     settings = {"beam_size": beam_size, "alpha": alpha, "max_extra_length": max_extra_length, "stop_rule": stop_rule}
 
     written = {}

@@ -108,6 +108,52 @@ def test_multi_head_attention_matches_numpy():
     np.testing.assert_allclose(np.array(w), ref_w, atol=1e-6)
 
 
+def _kernels(mha):
+    return [keras.ops.convert_to_numpy(t)
+            for t in (mha.query_kernel, mha.key_kernel, mha.value_kernel, mha.output_kernel)]
+
+
+def test_attention_projections_start_distinct_with_glorot_scale():
+    # Keras' random initializers repeat their values for every weight of one shape; a
+    # shared instance once started every layer with W^Q = W^K = W^V
+    keras.utils.set_random_seed(11)
+    mha = MultiHeadAttention(num_heads=4, key_dim=32)
+    mha.build((None, None, 128))
+    kernels = _kernels(mha)
+    for i in range(4):
+        for j in range(i + 1, 4):
+            assert not np.allclose(kernels[i], kernels[j]), (i, j)
+    limit = math.sqrt(6 / (128 + 128))  # Glorot uniform
+    for kernel in kernels:
+        assert np.abs(kernel).max() <= limit
+        assert abs(kernel.std() - limit / math.sqrt(3)) < 0.05 * limit
+    # same global seed, same kernels: the fresh seeds come from the seeded Python RNG
+    keras.utils.set_random_seed(11)
+    again = MultiHeadAttention(num_heads=4, key_dim=32)
+    again.build((None, None, 128))
+    for a, b in zip(kernels, _kernels(again)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_attention_seeded_initializer_is_reproducible_and_distinct_per_projection():
+    def build(seed, scale=1.0):
+        init = keras.initializers.VarianceScaling(scale, "fan_avg", "uniform", seed=seed)
+        mha = MultiHeadAttention(num_heads=2, key_dim=8, kernel_initializer=init,
+                                 output_kernel_initializer="zeros")
+        mha.build((None, None, 16))
+        return _kernels(mha)
+
+    first, second = build(5), build(5)
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)
+    assert not np.allclose(first[0], first[1]) and not np.allclose(first[1], first[2])
+    assert not first[3].any()  # W^O has its own initializer
+    # VarianceScaling's scale is the squared gain: gain 1/sqrt(2) halves the variance
+    half = build(5, scale=0.5)
+    assert np.abs(half[0]).max() <= math.sqrt(0.5 * 6 / 32)
+    assert abs(np.concatenate(half[:3]).std() / np.concatenate(first[:3]).std() - math.sqrt(0.5)) < 0.1
+
+
 def test_feed_forward_matches_formula():
     rng = np.random.default_rng(4)
     ffn = PositionwiseFeedForward(d_ff=16)

@@ -54,6 +54,29 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None, tra
     return ops.matmul(probs, value), weights
 
 
+def distinct_initializer(initializer, offset):
+    """A copy of ``initializer`` for one weight, so that weights of one shape differ.
+
+    Keras' random initializers draw the same values on every call for the same shape, seeded
+    or not (an unseeded one fixes a seed when it is made). One instance shared by the query,
+    key and value kernels therefore made ``W^Q = W^K = W^V`` at initialisation: every head
+    began by attending from each position to the positions most like it. An unseeded
+    initializer is copied with a fresh seed (drawn from Python's ``random``, which
+    ``keras.utils.set_random_seed`` seeds, so runs stay reproducible); an integer seed is
+    shifted by ``offset``. Other initializers (constants, a ``SeedGenerator`` seed, which
+    advances on its own) are returned as they are.
+    """
+    config = initializer.get_config()
+    if "seed" not in config:
+        return initializer
+    seed = config["seed"]
+    if seed is None:
+        return initializer.__class__.from_config(config)
+    if isinstance(seed, int):
+        return initializer.__class__.from_config({**config, "seed": seed + offset})
+    return initializer
+
+
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class MultiHeadAttention(keras.layers.Layer):
     """Multi-head attention with independent ``key_dim`` (d_k) and ``value_dim`` (d_v).
@@ -84,7 +107,9 @@ class MultiHeadAttention(keras.layers.Layer):
         value_dim: ``d_v``, size of each head's values; defaults to ``key_dim``.
         output_dim: size of the output; defaults to the query's last dimension.
         dropout: dropout rate on the attention weights (0 in the paper).
-        use_bias: add biases to the projections.
+        use_bias: add biases (initialised to zero) to the four projections.
+        kernel_initializer: initializer of the query, key and value kernels.
+        output_kernel_initializer: initializer of ``W^O``; defaults to ``kernel_initializer``.
 
     Call arguments:
         query: ``[batch, q_length, d_model]``.
@@ -105,7 +130,8 @@ class MultiHeadAttention(keras.layers.Layer):
     """
 
     def __init__(self, num_heads, key_dim, value_dim=None, output_dim=None, dropout=0.0,
-                 use_bias=False, kernel_initializer="glorot_uniform", **kwargs):
+                 use_bias=False, kernel_initializer="glorot_uniform", output_kernel_initializer=None,
+                 **kwargs):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.key_dim = int(key_dim)
@@ -114,6 +140,8 @@ class MultiHeadAttention(keras.layers.Layer):
         self.dropout_rate = float(dropout)
         self.use_bias = bool(use_bias)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.output_kernel_initializer = keras.initializers.get(
+            output_kernel_initializer if output_kernel_initializer is not None else kernel_initializer)
         self.attention_dropout = (keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
                                   if self.dropout_rate else None)
 
@@ -123,9 +151,9 @@ class MultiHeadAttention(keras.layers.Layer):
         out = self.output_dim or d_query
         h, dk, dv = self.num_heads, self.key_dim, self.value_dim
 
-        def dense(name, d_in, d_out):
+        def dense(name, d_in, d_out, initializer=self.kernel_initializer):
             kernel = self.add_weight(name=f"{name}_kernel", shape=(d_in, d_out),
-                                     initializer=self.kernel_initializer)
+                                     initializer=distinct_initializer(initializer, len(self.weights)))
             bias = (self.add_weight(name=f"{name}_bias", shape=(d_out,), initializer="zeros")
                     if self.use_bias else None)
             return kernel, bias
@@ -133,7 +161,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.query_kernel, self.query_bias = dense("query", d_query, h * dk)
         self.key_kernel, self.key_bias = dense("key", d_value, h * dk)
         self.value_kernel, self.value_bias = dense("value", d_value, h * dv)
-        self.output_kernel, self.output_bias = dense("output", h * dv, out)
+        self.output_kernel, self.output_bias = dense("output", h * dv, out, self.output_kernel_initializer)
         self.built = True
 
     # -- pieces, also used by the incremental decoder ----------------------------------
@@ -219,5 +247,6 @@ class MultiHeadAttention(keras.layers.Layer):
             dropout=self.dropout_rate,
             use_bias=self.use_bias,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
+            output_kernel_initializer=keras.initializers.serialize(self.output_kernel_initializer),
         )
         return config

@@ -49,6 +49,8 @@ def test_table3_rows_change_only_their_fields():
     ("train.strategy=tpu", "train.strategy='tpu'"),
     ("decode.beam_size=0", "decode.beam_size=0 must be > 0"),
     ("data.source=csv", "data.source='csv'"),
+    ("model.qkv_init_gain=0", "model.qkv_init_gain=0.0 must be > 0"),
+    ("model.attention_bias=maybe", "model.attention_bias='maybe'"),
 ])
 def test_validation_errors_name_the_field(override, message):
     with pytest.raises(ConfigError) as e:

@@ -77,6 +77,48 @@ def test_cached_incremental_decoding_equals_full_pass(position_encoding):
         np.testing.assert_allclose(np_(logits), full[:, step], atol=1e-5)
 
 
+def test_attention_biases_work_through_cache_save_and_count(tmp_path):
+    model = small_model(key_dim=6, value_dim=10, attention_bias=True, dropout=0.0)
+    src, tgt = batch(seed=2, t=8)
+    model((src, tgt))
+    rng = np.random.default_rng(7)
+    biases = [w for w in model.weights if w.path.endswith("_bias") and "attention" in w.path]
+    assert len(biases) == 4 * 3 * 2  # q, k, v, o in 3 attention layers of each of 2 layer pairs
+    for w in biases:  # off their zero start, so a path that drops them would show
+        w.assign(rng.normal(0, 0.5, w.shape).astype("float32"))
+    full = np_(model((src, tgt)))
+    memory, mask = model.encode(src)
+    cache = model.init_cache(memory, mask, max_length=10)
+    for step in range(tgt.shape[1]):
+        logits, cache = model.decode_step(ops.convert_to_tensor(tgt[:, step]), ops.convert_to_tensor(step), cache)
+        np.testing.assert_allclose(np_(logits), full[:, step], atol=1e-5)
+    model.save(tmp_path / "b.keras")
+    loaded = keras.saving.load_model(tmp_path / "b.keras")
+    assert loaded.attention_bias and loaded.get_config() == model.get_config()
+    np.testing.assert_array_equal(np_(loaded((src, tgt))), full)
+    d, h, dk, dv = 32, 4, 6, 10
+    plain = small_model(key_dim=6, value_dim=10)
+    plain.build()
+    # 6 attention layers (1 per encoder layer, 2 per decoder layer), each with 4 bias vectors
+    assert count_parameters(model) == count_parameters(plain) + 6 * (2 * h * dk + h * dv + d)
+
+
+def test_qkv_init_gain_scales_query_key_value_kernels_only():
+    def kernels(gain):
+        keras.utils.set_random_seed(4)
+        model = small_model(d_model=128, num_heads=4, qkv_init_gain=gain)
+        model.build()
+        attention = model.decoder.layers[0].cross_attention
+        return (np.concatenate([np_(attention.query_kernel), np_(attention.key_kernel), np_(attention.value_kernel)]),
+                np_(attention.output_kernel))
+
+    (qkv1, out1), (qkv2, out2) = kernels(1.0), kernels(2 ** -0.5)
+    limit = np.sqrt(6 / 256)  # Glorot uniform over 128 -> 128
+    assert np.abs(qkv1).max() <= limit and np.abs(qkv2).max() <= limit * 2 ** -0.5
+    assert abs(qkv2.std() / qkv1.std() - 2 ** -0.5) < 0.03
+    assert abs(out2.std() / out1.std() - 1) < 0.05 and np.abs(out2).max() > limit * 2 ** -0.5
+
+
 @pytest.mark.parametrize("max_length", [None, 12])  # the growing and the preallocated cache
 def test_step_weights_give_the_same_steps(max_length):
     # decode_step with the weights prepared once (what the decoding loop passes) must give

@@ -93,7 +93,8 @@ def test_forward_log_probs_equal(exported, tiny, sources):
 
 
 def test_learned_positions_and_untrained_weights_map_too(tiny, tmp_path):
-    """A learned position table and random (non-zero) biases/norms: the forward pass still agrees."""
+    """A learned position table, attention biases and random (non-zero) biases/norms: the
+    forward pass still agrees."""
     import keras
 
     from tf_transformer.model import Transformer
@@ -101,10 +102,12 @@ def test_learned_positions_and_untrained_weights_map_too(tiny, tmp_path):
     tok = tiny[1]
     keras.utils.set_random_seed(3)
     model = Transformer(vocab_size=tok.vocab_size, d_model=24, num_layers=2, num_heads=3, d_ff=40, dropout=0.0,
-                        position_encoding="learned", max_length=32, layer_norm_epsilon=1e-5)
+                        position_encoding="learned", max_length=32, layer_norm_epsilon=1e-5,
+                        attention_bias=True, qkv_init_gain=0.5)
     model.build()
     rng = np.random.default_rng(0)
-    for w in model.weights:  # LayerNorm gammas/betas and FFN biases off their 1/0 initial values
+    assert any("query_bias" in w.path for w in model.weights)
+    for w in model.weights:  # LayerNorm gammas/betas, FFN and attention biases off their 1/0 initial values
         if "gamma" in w.path or "beta" in w.path or "bias" in w.path:
             w.assign(rng.normal(0.5 if "gamma" in w.path else 0.0, 0.3, w.shape).astype("float32"))
     export_ctranslate2(model, tok, tmp_path / "m")

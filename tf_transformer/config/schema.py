@@ -53,6 +53,12 @@ class ModelConfig:
     position_encoding: str = "sinusoidal"  # or "learned" (Table 3 row E)
     max_length: int = 512  # rows of the learned position table; sinusoids have no limit
     layer_norm_epsilon: float = 1e-6
+    # biases on the four attention projections (the paper's equations and tensor2tensor have
+    # none; fairseq and Keras' own MultiHeadAttention have them)
+    attention_bias: bool = False
+    # Glorot-uniform gain of the query, key and value kernels (W^O keeps gain 1); fairseq
+    # uses 1/sqrt(2) = 0.7071 when the three have one size
+    qkv_init_gain: float = 1.0
     pad_id: int = 0
 
     def resolved(self) -> "ModelConfig":
@@ -95,6 +101,8 @@ class ModelConfig:
             )
         if self.layer_norm_epsilon <= 0:
             raise ConfigError(f"{p}layer_norm_epsilon={self.layer_norm_epsilon} must be > 0")
+        if not self.qkv_init_gain > 0:
+            raise ConfigError(f"{p}qkv_init_gain={self.qkv_init_gain} must be > 0")
         if self.pad_id < 0:
             raise ConfigError(f"{p}pad_id={self.pad_id} must be >= 0")
         if self.vocab_size is not None and self.pad_id >= self.vocab_size:

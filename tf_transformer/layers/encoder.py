@@ -15,7 +15,8 @@ class SublayerSettings(keras.layers.Layer):
     Not registered for serialization: only its subclasses are saved."""
 
     def __init__(self, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1,
-                 attention_dropout=0.0, relu_dropout=0.0, layer_norm_epsilon=1e-6, **kwargs):
+                 attention_dropout=0.0, relu_dropout=0.0, layer_norm_epsilon=1e-6,
+                 attention_bias=False, qkv_init_gain=1.0, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.key_dim = int(key_dim)
@@ -25,6 +26,8 @@ class SublayerSettings(keras.layers.Layer):
         self.attention_dropout = float(attention_dropout)
         self.relu_dropout = float(relu_dropout)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.attention_bias = bool(attention_bias)
+        self.qkv_init_gain = float(qkv_init_gain)
         self.make_sublayers()
 
     def make_sublayers(self):
@@ -33,11 +36,16 @@ class SublayerSettings(keras.layers.Layer):
     def settings(self):
         return dict(num_heads=self.num_heads, key_dim=self.key_dim, value_dim=self.value_dim,
                     d_ff=self.d_ff, dropout=self.dropout_rate, attention_dropout=self.attention_dropout,
-                    relu_dropout=self.relu_dropout, layer_norm_epsilon=self.layer_norm_epsilon)
+                    relu_dropout=self.relu_dropout, layer_norm_epsilon=self.layer_norm_epsilon,
+                    attention_bias=self.attention_bias, qkv_init_gain=self.qkv_init_gain)
 
     def _attention(self, name):
+        # Glorot uniform is VarianceScaling(1, fan_avg, uniform); a gain g scales the variance by g^2
+        qkv_init = keras.initializers.VarianceScaling(self.qkv_init_gain ** 2, "fan_avg", "uniform")
         return MultiHeadAttention(self.num_heads, self.key_dim, self.value_dim,
-                                  dropout=self.attention_dropout, name=name, dtype=self.dtype_policy)
+                                  dropout=self.attention_dropout, use_bias=self.attention_bias,
+                                  kernel_initializer=qkv_init, output_kernel_initializer="glorot_uniform",
+                                  name=name, dtype=self.dtype_policy)
 
     def _norm(self, name):
         return LayerNorm(epsilon=self.layer_norm_epsilon, name=name, dtype=self.dtype_policy)
@@ -68,6 +76,9 @@ class EncoderLayer(SublayerSettings):
         attention_dropout: dropout on the attention weights (0 in the paper).
         relu_dropout: dropout after the FFN's ReLU (0 in the paper).
         layer_norm_epsilon: LayerNorm epsilon.
+        attention_bias: biases on the attention projections (none in the paper).
+        qkv_init_gain: Glorot-uniform gain of the query, key and value kernels (1; fairseq
+            uses 1/sqrt(2)); ``W^O`` is Glorot uniform.
         **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``...).
 
     Call arguments:
@@ -118,9 +129,10 @@ class LayerStack(SublayerSettings):
     layer_class: type = None  # set by the subclass
 
     def __init__(self, num_layers, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1,
-                 attention_dropout=0.0, relu_dropout=0.0, layer_norm_epsilon=1e-6, **kwargs):
+                 attention_dropout=0.0, relu_dropout=0.0, layer_norm_epsilon=1e-6,
+                 attention_bias=False, qkv_init_gain=1.0, **kwargs):
         super().__init__(num_heads, key_dim, value_dim, d_ff, dropout, attention_dropout, relu_dropout,
-                         layer_norm_epsilon, **kwargs)
+                         layer_norm_epsilon, attention_bias, qkv_init_gain, **kwargs)
         self.num_layers = int(num_layers)
         self.layers = [self.layer_class(name=f"layer_{i}", dtype=self.dtype_policy, **self.settings())
                        for i in range(self.num_layers)]
@@ -141,7 +153,8 @@ class Encoder(LayerStack):
     Args:
         num_layers: ``N``, the number of layers (the paper: 6).
         num_heads, key_dim, value_dim, d_ff, dropout, attention_dropout, relu_dropout,
-            layer_norm_epsilon: the settings of every :class:`EncoderLayer` (see there).
+            layer_norm_epsilon, attention_bias, qkv_init_gain: the settings of every
+            :class:`EncoderLayer` (see there).
         **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``...).
 
     Call arguments:

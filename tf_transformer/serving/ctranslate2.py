@@ -23,8 +23,9 @@ sinusoids, interleaved      an explicit ``position_encodings`` table of ``max_le
                             spacing, so they are not ours; a learned table is copied as is
 post-LN                     ``pre_norm = False``: each sublayer's ``layer_norm`` runs after
                             its residual, and there is no final stack norm
-Q/K/V/O without biases      fused ``linear[0]`` (Q|K|V for self-attention; Q, then K|V, for
-                            cross-attention), kernels transposed to ``[out, in]``, no bias
+Q/K/V/O (biases optional)   fused ``linear[0]`` (Q|K|V for self-attention; Q, then K|V, for
+                            cross-attention), kernels transposed to ``[out, in]``; the
+                            biases (``model.attention_bias``) concatenated the same way
 FFN with biases, ReLU       ``ffn.linear_0`` / ``ffn.linear_1`` with biases, ``Activation.RELU``
 LayerNorm epsilon           ``config.layer_norm_epsilon = model.layer_norm_epsilon``
 ids 0-3 pad/unk/BOS/EOS     the vocabulary is the SentencePiece pieces in id order, so
@@ -140,25 +141,28 @@ def _set_self_attention(spec, attention, norm):
     import numpy as np
 
     qkv = np.concatenate([_np(attention.query_kernel), _np(attention.key_kernel), _np(attention.value_kernel)], axis=1)
-    _set_linear(spec.linear[0], qkv)
-    _set_linear(spec.linear[1], _np(attention.output_kernel))
+    _set_linear(spec.linear[0], qkv, _biases(attention, "query", "key", "value"))
+    _set_linear(spec.linear[1], _np(attention.output_kernel), _biases(attention, "output"))
     _set_norm(spec.layer_norm, norm)
-    _check_no_bias(attention)
 
 
 def _set_cross_attention(spec, attention, norm):
     import numpy as np
 
-    _set_linear(spec.linear[0], _np(attention.query_kernel))
-    _set_linear(spec.linear[1], np.concatenate([_np(attention.key_kernel), _np(attention.value_kernel)], axis=1))
-    _set_linear(spec.linear[2], _np(attention.output_kernel))
+    _set_linear(spec.linear[0], _np(attention.query_kernel), _biases(attention, "query"))
+    _set_linear(spec.linear[1], np.concatenate([_np(attention.key_kernel), _np(attention.value_kernel)], axis=1),
+                _biases(attention, "key", "value"))
+    _set_linear(spec.linear[2], _np(attention.output_kernel), _biases(attention, "output"))
     _set_norm(spec.layer_norm, norm)
-    _check_no_bias(attention)
 
 
-def _check_no_bias(attention):
-    if attention.use_bias:  # our Transformer never builds them; a subclass might
-        raise UserError("--format ctranslate2: attention projections with biases are not supported by this exporter")
+def _biases(attention, *projections):
+    """The named projections' biases side by side (as their kernels are fused), or None."""
+    import numpy as np
+
+    if not attention.use_bias:
+        return None
+    return np.concatenate([_np(getattr(attention, f"{name}_bias")) for name in projections])
 
 
 def _set_ffn(spec, ffn, norm):

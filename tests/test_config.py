@@ -51,6 +51,7 @@ def test_table3_rows_change_only_their_fields():
     ("data.source=csv", "data.source='csv'"),
     ("model.qkv_init_gain=0", "model.qkv_init_gain=0.0 must be > 0"),
     ("model.attention_bias=maybe", "model.attention_bias='maybe'"),
+    ("model.attention_init=mimetic", "model.attention_init='mimetic' is not one of 'independent', 'tied_qk'"),
 ])
 def test_validation_errors_name_the_field(override, message):
     with pytest.raises(ConfigError) as e:

@@ -154,6 +154,33 @@ def test_attention_seeded_initializer_is_reproducible_and_distinct_per_projectio
     assert abs(np.concatenate(half[:3]).std() / np.concatenate(first[:3]).std() - math.sqrt(0.5)) < 0.1
 
 
+def test_tied_query_key_init_starts_equal_then_trains_apart():
+    keras.utils.set_random_seed(2)
+    layer = EncoderLayer(num_heads=4, key_dim=8, d_ff=32, dropout=0.0, attention_init="tied_qk")
+    x = np.random.default_rng(0).normal(size=(2, 5, 32)).astype("float32")
+    layer(x)
+    q, k, v, o = _kernels(layer.self_attention)
+    np.testing.assert_array_equal(q, k)
+    assert not np.allclose(q, v) and not np.allclose(q, o)
+    # W W^T of a Glorot-uniform 32 x 32 W: diagonal about 1, off-diagonal about 0
+    gram = q @ q.T
+    assert abs(np.diag(gram).mean() - 1) < 0.15 and np.abs(gram - np.diag(np.diag(gram))).mean() < 0.2
+    # untied from the start of training: the gradients of W^Q and W^K differ
+    import tensorflow as tf
+    with tf.GradientTape() as tape:
+        loss = keras.ops.sum(layer(x) * x[..., ::-1])
+    gq, gk = tape.gradient(loss, [layer.self_attention.query_kernel, layer.self_attention.key_kernel])
+    assert not np.allclose(np.array(gq), np.array(gk))
+    plain = DecoderLayer(num_heads=4, key_dim=8, d_ff=32)
+    plain(x, x)
+    assert not np.allclose(*_kernels(plain.cross_attention)[:2])
+    tied = DecoderLayer(num_heads=4, key_dim=8, d_ff=32, attention_init="tied_qk")
+    tied(x, x)
+    np.testing.assert_array_equal(*_kernels(tied.cross_attention)[:2])
+    with pytest.raises(ValueError, match="attention_init='mimetic'"):
+        EncoderLayer(num_heads=4, key_dim=8, attention_init="mimetic")
+
+
 def test_feed_forward_matches_formula():
     rng = np.random.default_rng(4)
     ffn = PositionwiseFeedForward(d_ff=16)
@@ -203,7 +230,8 @@ def test_get_config_round_trips_for_every_layer():
     _roundtrip(SharedEmbedding(vocab_size=9, d_model=16), np.array([[1, 2, 3]]))
     _roundtrip(SinusoidalPositionalEncoding(max_wavelength=500.0), x)
     _roundtrip(LearnedPositionalEmbedding(max_length=7), x)
-    settings = dict(num_heads=2, key_dim=8, value_dim=6, d_ff=32, dropout=0.2, layer_norm_epsilon=1e-5)
+    settings = dict(num_heads=2, key_dim=8, value_dim=6, d_ff=32, dropout=0.2, layer_norm_epsilon=1e-5,
+                    attention_bias=True, qkv_init_gain=0.5, attention_init="tied_qk")
     _roundtrip(EncoderLayer(**settings), x)
     _roundtrip(DecoderLayer(**settings), x, m)
     _roundtrip(Encoder(num_layers=2, **settings), x)

@@ -22,6 +22,8 @@ SERVICE_MODES = ("distributed_epoch", "parallel_epochs")
 BATCHING_MODES = ("buckets", "sorted_chunks")
 #: ``decode.stop_rule`` values (beam search's stop rules: tf_transformer.decoding.beam_search).
 STOP_RULES = ("bound", "beam_finished")
+#: ``model.attention_init`` values (how the attention projections start: tf_transformer.layers.encoder).
+ATTENTION_INITS = ("independent", "tied_qk")
 
 #: A file field of the data section: one path, a glob (``corpus/*.en.gz``) or a list of them.
 Paths = Union[str, list[str], None]
@@ -59,6 +61,9 @@ class ModelConfig:
     # Glorot-uniform gain of the query, key and value kernels (W^O keeps gain 1); fairseq
     # uses 1/sqrt(2) = 0.7071 when the three have one size
     qkv_init_gain: float = 1.0
+    # "independent": W^Q, W^K, W^V, W^O each drawn on their own; "tied_qk": W^K starts as a
+    # copy of W^Q (then W^Q W^K^T ~ I: every head starts by attending to keys like its query)
+    attention_init: str = "independent"
     pad_id: int = 0
 
     def resolved(self) -> "ModelConfig":
@@ -103,6 +108,9 @@ class ModelConfig:
             raise ConfigError(f"{p}layer_norm_epsilon={self.layer_norm_epsilon} must be > 0")
         if not self.qkv_init_gain > 0:
             raise ConfigError(f"{p}qkv_init_gain={self.qkv_init_gain} must be > 0")
+        if self.attention_init not in ATTENTION_INITS:
+            raise ConfigError(f"{p}attention_init={self.attention_init!r} is not one of "
+                              + ", ".join(repr(v) for v in ATTENTION_INITS))
         if self.pad_id < 0:
             raise ConfigError(f"{p}pad_id={self.pad_id} must be >= 0")
         if self.vocab_size is not None and self.pad_id >= self.vocab_size:

@@ -110,6 +110,9 @@ class MultiHeadAttention(keras.layers.Layer):
         use_bias: add biases (initialised to zero) to the four projections.
         kernel_initializer: initializer of the query, key and value kernels.
         output_kernel_initializer: initializer of ``W^O``; defaults to ``kernel_initializer``.
+        tie_query_key_init: start ``W^K`` as a copy of ``W^Q`` (they train apart). Then
+            ``W^Q W^K^T = W W^T``, close to a multiple of the identity for a Glorot-uniform
+            square ``W``, so each head starts out attending to the keys most like its query.
 
     Call arguments:
         query: ``[batch, q_length, d_model]``.
@@ -131,7 +134,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def __init__(self, num_heads, key_dim, value_dim=None, output_dim=None, dropout=0.0,
                  use_bias=False, kernel_initializer="glorot_uniform", output_kernel_initializer=None,
-                 **kwargs):
+                 tie_query_key_init=False, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.key_dim = int(key_dim)
@@ -139,6 +142,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_dim = output_dim
         self.dropout_rate = float(dropout)
         self.use_bias = bool(use_bias)
+        self.tie_query_key_init = bool(tie_query_key_init)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.output_kernel_initializer = keras.initializers.get(
             output_kernel_initializer if output_kernel_initializer is not None else kernel_initializer)
@@ -160,6 +164,10 @@ class MultiHeadAttention(keras.layers.Layer):
 
         self.query_kernel, self.query_bias = dense("query", d_query, h * dk)
         self.key_kernel, self.key_bias = dense("key", d_value, h * dk)
+        if self.tie_query_key_init:
+            if d_query != d_value:
+                raise ValueError(f"tie_query_key_init needs queries and keys of one width, got {d_query} and {d_value}")
+            self.key_kernel.assign(self.query_kernel)
         self.value_kernel, self.value_bias = dense("value", d_value, h * dv)
         self.output_kernel, self.output_bias = dense("output", h * dv, out, self.output_kernel_initializer)
         self.built = True
@@ -246,6 +254,7 @@ class MultiHeadAttention(keras.layers.Layer):
             output_dim=self.output_dim,
             dropout=self.dropout_rate,
             use_bias=self.use_bias,
+            tie_query_key_init=self.tie_query_key_init,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             output_kernel_initializer=keras.initializers.serialize(self.output_kernel_initializer),
         )

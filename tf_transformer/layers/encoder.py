@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 
+from tf_transformer.config.schema import ATTENTION_INITS
 from tf_transformer.layers.attention import MultiHeadAttention
 from tf_transformer.layers.feed_forward import PositionwiseFeedForward
 from tf_transformer.layers.normalization import LayerNorm
@@ -16,8 +17,10 @@ class SublayerSettings(keras.layers.Layer):
 
     def __init__(self, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1,
                  attention_dropout=0.0, relu_dropout=0.0, layer_norm_epsilon=1e-6,
-                 attention_bias=False, qkv_init_gain=1.0, **kwargs):
+                 attention_bias=False, qkv_init_gain=1.0, attention_init="independent", **kwargs):
         super().__init__(**kwargs)
+        if attention_init not in ATTENTION_INITS:
+            raise ValueError(f"attention_init={attention_init!r} is not one of {ATTENTION_INITS}")
         self.num_heads = int(num_heads)
         self.key_dim = int(key_dim)
         self.value_dim = int(value_dim) if value_dim is not None else self.key_dim
@@ -28,6 +31,7 @@ class SublayerSettings(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.attention_bias = bool(attention_bias)
         self.qkv_init_gain = float(qkv_init_gain)
+        self.attention_init = attention_init
         self.make_sublayers()
 
     def make_sublayers(self):
@@ -37,7 +41,8 @@ class SublayerSettings(keras.layers.Layer):
         return dict(num_heads=self.num_heads, key_dim=self.key_dim, value_dim=self.value_dim,
                     d_ff=self.d_ff, dropout=self.dropout_rate, attention_dropout=self.attention_dropout,
                     relu_dropout=self.relu_dropout, layer_norm_epsilon=self.layer_norm_epsilon,
-                    attention_bias=self.attention_bias, qkv_init_gain=self.qkv_init_gain)
+                    attention_bias=self.attention_bias, qkv_init_gain=self.qkv_init_gain,
+                    attention_init=self.attention_init)
 
     def _attention(self, name):
         # Glorot uniform is VarianceScaling(1, fan_avg, uniform); a gain g scales the variance by g^2
@@ -45,6 +50,7 @@ class SublayerSettings(keras.layers.Layer):
         return MultiHeadAttention(self.num_heads, self.key_dim, self.value_dim,
                                   dropout=self.attention_dropout, use_bias=self.attention_bias,
                                   kernel_initializer=qkv_init, output_kernel_initializer="glorot_uniform",
+                                  tie_query_key_init=self.attention_init == "tied_qk",
                                   name=name, dtype=self.dtype_policy)
 
     def _norm(self, name):
@@ -79,6 +85,8 @@ class EncoderLayer(SublayerSettings):
         attention_bias: biases on the attention projections (none in the paper).
         qkv_init_gain: Glorot-uniform gain of the query, key and value kernels (1; fairseq
             uses 1/sqrt(2)); ``W^O`` is Glorot uniform.
+        attention_init: ``"independent"`` (every projection its own draw) or ``"tied_qk"``
+            (``W^K`` starts as a copy of ``W^Q``, in self- and cross-attention alike).
         **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``...).
 
     Call arguments:
@@ -130,9 +138,9 @@ class LayerStack(SublayerSettings):
 
     def __init__(self, num_layers, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1,
                  attention_dropout=0.0, relu_dropout=0.0, layer_norm_epsilon=1e-6,
-                 attention_bias=False, qkv_init_gain=1.0, **kwargs):
+                 attention_bias=False, qkv_init_gain=1.0, attention_init="independent", **kwargs):
         super().__init__(num_heads, key_dim, value_dim, d_ff, dropout, attention_dropout, relu_dropout,
-                         layer_norm_epsilon, attention_bias, qkv_init_gain, **kwargs)
+                         layer_norm_epsilon, attention_bias, qkv_init_gain, attention_init, **kwargs)
         self.num_layers = int(num_layers)
         self.layers = [self.layer_class(name=f"layer_{i}", dtype=self.dtype_policy, **self.settings())
                        for i in range(self.num_layers)]
@@ -153,8 +161,8 @@ class Encoder(LayerStack):
     Args:
         num_layers: ``N``, the number of layers (the paper: 6).
         num_heads, key_dim, value_dim, d_ff, dropout, attention_dropout, relu_dropout,
-            layer_norm_epsilon, attention_bias, qkv_init_gain: the settings of every
-            :class:`EncoderLayer` (see there).
+            layer_norm_epsilon, attention_bias, qkv_init_gain, attention_init: the settings of
+            every :class:`EncoderLayer` (see there).
         **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``...).
 
     Call arguments:

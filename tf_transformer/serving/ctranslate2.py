@@ -138,31 +138,27 @@ def _set_norm(spec, norm):
 
 
 def _set_self_attention(spec, attention, norm):
-    import numpy as np
-
-    qkv = np.concatenate([_np(attention.query_kernel), _np(attention.key_kernel), _np(attention.value_kernel)], axis=1)
-    _set_linear(spec.linear[0], qkv, _biases(attention, "query", "key", "value"))
-    _set_linear(spec.linear[1], _np(attention.output_kernel), _biases(attention, "output"))
+    _set_linear(spec.linear[0], *_fused(attention, "query", "key", "value"))
+    _set_linear(spec.linear[1], *_fused(attention, "output"))
     _set_norm(spec.layer_norm, norm)
 
 
 def _set_cross_attention(spec, attention, norm):
-    import numpy as np
-
-    _set_linear(spec.linear[0], _np(attention.query_kernel), _biases(attention, "query"))
-    _set_linear(spec.linear[1], np.concatenate([_np(attention.key_kernel), _np(attention.value_kernel)], axis=1),
-                _biases(attention, "key", "value"))
-    _set_linear(spec.linear[2], _np(attention.output_kernel), _biases(attention, "output"))
+    _set_linear(spec.linear[0], *_fused(attention, "query"))
+    _set_linear(spec.linear[1], *_fused(attention, "key", "value"))
+    _set_linear(spec.linear[2], *_fused(attention, "output"))
     _set_norm(spec.layer_norm, norm)
 
 
-def _biases(attention, *projections):
-    """The named projections' biases side by side (as their kernels are fused), or None."""
+def _fused(attention, *projections):
+    """``(kernel, bias)`` of the named projections side by side, as CTranslate2 fuses them
+    (``bias`` None when the attention has no biases)."""
     import numpy as np
 
+    kernel = np.concatenate([_np(getattr(attention, f"{name}_kernel")) for name in projections], axis=1)
     if not attention.use_bias:
-        return None
-    return np.concatenate([_np(getattr(attention, f"{name}_bias")) for name in projections])
+        return kernel, None
+    return kernel, np.concatenate([_np(getattr(attention, f"{name}_bias")) for name in projections])
 
 
 def _set_ffn(spec, ffn, norm):

@@ -61,6 +61,14 @@ def test_alphas_parsed_with_the_runs_alpha_by_default(report):
             report.parse_alphas(bad, 0.6)
 
 
+def test_average_counts_parsed(report):
+    assert report.parse_counts("5,10") == [5, 10]
+    assert report.parse_counts(" 20, 5,20") == [20, 5]
+    for bad in ("5,x", "1", ",", "5.5"):
+        with pytest.raises(SystemExit, match="--average"):
+            report.parse_counts(bad)
+
+
 def test_length_ratio_read_from_the_bleu_detail(report):
     meta = {"details": {"bleu_lc_moses": "72.5/49.3/35.7/25.9 (BP=0.936 ratio=0.938 hyp_len=12038 ref_len=12828)"}}
     assert report.length_ratio(meta) == "0.938"

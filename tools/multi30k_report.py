@@ -7,8 +7,10 @@ written by ``tft train`` with ``train.eval_bleu_every_steps`` set::
 
 Weight sets: the final weights (``model.keras``; for a run interrupted before it wrote one,
 its newest checkpoint, saved as ``last-checkpoint.keras``), the best evaluation by
-``train.best_metric`` (``best/``), and the average of the last 5 and the last 10
-checkpoints (written once as ``averaged-5.keras`` / ``averaged-10.keras``). Each is
+``train.best_metric`` (``best/``), and the average of the last N checkpoints for each N
+of ``--average`` (default 5 and 10; written once as ``averaged-N.keras``; an N larger
+than the checkpoints the run kept, ``train.keep_checkpoints``, is left out with a
+message). Each is
 translated on val with each ``--beams`` size and each length penalty of ``--alphas``; the
 weight set, beam and alpha that go into the headline are chosen by **val** lowercased
 Moses-tokenized BLEU only (test2016 plays no part in any choice). test2016 is then
@@ -56,6 +58,9 @@ def parse_args(argv=None):
     ap.add_argument("--alphas", default=None,
                     help="length penalties to choose from on val, comma-separated (default: the run's "
                          "decode.alpha, 1.0 and 1.4)")
+    ap.add_argument("--average", default="5,10", metavar="N,N,...",
+                    help="weight sets averaging the last N checkpoints, comma-separated (default 5,10); "
+                         "an N beyond the checkpoints the run kept is left out")
     ap.add_argument("--limit", type=int, default=None,
                     help="only the first N sentences of each split (a quick check; not a result)")
     ap.add_argument("--stop-rule", choices=STOP_RULES, default=None,
@@ -129,7 +134,7 @@ def _record_sources(out: Path, sources: list) -> None:
     os.replace(tmp, record)
 
 
-def weight_sets(run: Path, cfg):
+def weight_sets(run: Path, cfg, averages=(5, 10)):
     """``{name: path of a .keras model}``. The best and averaged models are rebuilt whenever
     the files they come from changed (a resumed run has a new best and new last checkpoints)."""
     import keras
@@ -161,8 +166,11 @@ def weight_sets(run: Path, cfg):
     best = sorted((run / "best").glob("best-*.weights.h5"), key=lambda p: int(p.name.split("-")[1].split(".")[0]))
     if best:
         sets[f"best ({best[-1].name.split('.')[0]})"] = from_weights(best[-1], run / "best.keras")
-    for n in (5, 10):
-        if len(checkpoints) >= n:
+    for n in averages:
+        if len(checkpoints) < n:
+            say(f"average of last {n} left out: {run / 'checkpoints'} holds {len(checkpoints)} "
+                f"checkpoint(s) (train.keep_checkpoints={cfg.train.keep_checkpoints})")
+        else:
             out = run / f"averaged-{n}.keras"
             sources = [path.name for _, path in checkpoints[-n:]]
             if not _built_from(out, sources):
@@ -174,6 +182,17 @@ def weight_sets(run: Path, cfg):
 
 
 DEFAULT_EXTRA_ALPHAS = (1.0, 1.4)
+
+
+def parse_counts(text) -> list[int]:
+    """``--average`` as a list of checkpoint counts without repeats."""
+    try:
+        values = [int(n) for n in str(text).split(",") if n.strip()]
+    except ValueError:
+        raise SystemExit(f"report: --average {text!r}: expected comma-separated whole numbers, e.g. 5,10") from None
+    if not values or any(n < 2 for n in values):
+        raise SystemExit(f"report: --average {text!r}: expected one or more counts >= 2")
+    return list(dict.fromkeys(values))
 
 
 def parse_alphas(text, run_alpha: float) -> list[float]:
@@ -313,12 +332,13 @@ def main(argv=None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     beams = [int(b) for b in args.beams.split(",")]
     alphas = parse_alphas(args.alphas, cfg.decode.alpha)
+    averages = parse_counts(args.average)
     tokenizer = Tokenizer(run / "vocab.model")
     splits = {"val": read_parallel_text(cfg.data, "valid"), "test2016": read_parallel_text(cfg.data, "test")}
     if args.limit:
         splits = {k: (s[: args.limit], r[: args.limit]) for k, (s, r) in splits.items()}
     started = time.time()
-    sets = weight_sets(run, cfg)
+    sets = weight_sets(run, cfg, averages)
     # 1. the choice, on val only
     val_jobs = [("val", beam, alpha) for beam in beams for alpha in alphas]
     results = {name: decode_and_score(run, name, path, tokenizer, splits, val_jobs, cfg)

@@ -215,7 +215,7 @@ def decode_and_score(run: Path, name: str, model_path: Path, tokenizer, splits, 
     import keras
 
     from tf_transformer.decoding.translator import Translator
-    from tf_transformer.evaluation.bleu import evaluate_translations
+    from tf_transformer.evaluation.bleu import evaluate_translations, references_for
 
     cache_dir = run / "report" / "outputs"
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -246,7 +246,8 @@ def decode_and_score(run: Path, name: str, model_path: Path, tokenizer, splits, 
             hyps, _, _ = translator.translate(sources)
             seconds = time.time() - start
             hyp_path.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-            scores = evaluate_translations(hyps, references, lang=cfg.data.target_lang)
+            # a lowercasing vocabulary (data.lowercase): scored against lowercased references
+            scores = evaluate_translations(hyps, references_for(tokenizer, references), lang=cfg.data.target_lang)
             meta = {"scores": {k: round(scores[k].score, 2) for k in scores},
                     "signatures": {k: scores[k].signature for k in scores},
                     "details": {k: scores[k].detail for k in scores},

@@ -78,7 +78,7 @@ def load_pairs(args, cfg):
 def run(args: argparse.Namespace) -> int:
     from tf_transformer.cli.decode import build_translator, decode_settings, describe
     from tf_transformer.decoding.translator import ProgressBar
-    from tf_transformer.evaluation.bleu import empty_outputs, evaluate_translations, format_scores
+    from tf_transformer.evaluation.bleu import empty_outputs, evaluate_translations, format_scores, references_for
 
     cfg, _ = decode_settings(args)
     sources, refs, what = load_pairs(args, cfg)  # before the model: data errors come fast
@@ -96,6 +96,11 @@ def run(args: argparse.Namespace) -> int:
     warning = empty_outputs(hyps, sources)
     if warning:
         print(f"tft evaluate: warning: {warning}", file=sys.stderr)
+    if getattr(translator.tokenizer, "lowercase", False):
+        print("tft evaluate: the model's vocabulary lowercases (data.lowercase): its outputs are lowercase, "
+              "so the references are lowercased before scoring (the cased metrics below are on lowercased text)",
+              file=sys.stderr)
+        refs = references_for(translator.tokenizer, refs)
     scores = evaluate_translations(hyps, refs, lang=(cfg.data.target_lang if cfg else "de"))
     print(f"# {what}: {len(sources):,} sentences, {describe(decode)}")
     for line in format_scores(scores):

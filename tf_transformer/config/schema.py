@@ -161,6 +161,11 @@ class DataConfig:
     # letters) before SentencePiece sees them, and the case is restored after decoding
     # (data/case_markup.py); the vocabulary holds the markers (ids 4, 5) and must be built so
     case_markup: bool = False
+    # true: source and target text are lowercased before SentencePiece sees them, as
+    # multimodal-MT work prepares Multi30k (its published BLEU is on lowercased text); the
+    # vocabulary is built on lowercased text and marked so (data/tokenizer.py), and every
+    # tokenizer of it lowercases what it reads: the model reads and writes lowercase only
+    lowercase: bool = False
     # batching
     tokens_per_batch: int = 4096  # at most this many source AND target slots (padding included)
     max_length: int = 100  # pairs with either side longer (in tokens, incl. BOS/EOS) dropped
@@ -241,6 +246,9 @@ class DataConfig:
             raise ConfigError(f"{p}invalid_utf8={self.invalid_utf8!r} is not one of 'error', 'replace'")
         if self.source_lang == self.target_lang:
             raise ConfigError(f"{p}source_lang and {p}target_lang are both {self.source_lang!r}")
+        if self.lowercase and self.case_markup:
+            raise ConfigError(f"{p}lowercase and {p}case_markup are both true: case markup keeps the case "
+                              "that lowercasing drops; choose one")
         if self.source == "multi30k" and self.multi30k_dir is None:
             for name in ("source_lang", "target_lang"):
                 if getattr(self, name) not in ("en", "de"):

@@ -22,6 +22,14 @@ case of the text before SentencePiece sees it and restores it after decoding
 the tokenizer (training, evaluation, ``tft translate``, exported signatures) reads and
 writes cased text.
 
+A vocabulary built with ``data.lowercase: true`` was trained on lowercased text and says so
+in its normalizer's name (``nmt_nfkc+lowercase``; SentencePiece itself ignores the name and
+normalises with the NFKC table it stores). A :class:`Tokenizer` of such a vocabulary
+lowercases every text before SentencePiece sees it (``str.lower`` in Python,
+``tf.strings.lower(..., encoding="utf-8")`` in the graph: the same full Unicode mapping, so
+``ẞ`` and ``ß`` stay ``ß``, unlike case folding's ``ss``), so the model reads and writes
+lowercase only.
+
 Training is deterministic: the trainer runs on one thread over the sentences in file
 order with its own sampling and shuffling switched off; when the corpus holds more than
 ``data.vocab_input_sentence_size`` sentences, we pick the sample ourselves with
@@ -49,6 +57,8 @@ from tf_transformer.errors import DataError
 from tf_transformer.io import atomic_write, check_writable, say
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+#: appended to the normalizer name of a vocabulary built with ``data.lowercase: true``
+LOWERCASE_MARK = "+lowercase"
 PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE = "<pad>", "<unk>", "<s>", "</s>"
 
 
@@ -110,6 +120,7 @@ class Tokenizer:
         # a case-markup vocabulary: its markers are the pieces right after the special ids
         marker_ids = range(len(expected), len(expected) + len(PIECES))
         self.case_markup: bool = self.vocab_size > marker_ids[-1] and tuple(self.id_to_piece(marker_ids)) == PIECES
+        self.lowercase: bool = normalizer_name(proto).endswith(LOWERCASE_MARK)
 
     # -- ids -------------------------------------------------------------------------
     pad_id = PAD_ID
@@ -124,6 +135,7 @@ class Tokenizer:
     def __repr__(self) -> str:
         where = self.model_path or "<bytes>"
         markup = ", case_markup=True" if self.case_markup else ""
+        markup += ", lowercase=True" if self.lowercase else ""
         return f"Tokenizer({where!r}, vocab_size={self.vocab_size}{markup})"
 
     @classmethod
@@ -144,6 +156,10 @@ class Tokenizer:
         return [list(ids) for ids in self._sp.encode(self._marked(texts), out_type=int)]
 
     def _marked(self, texts) -> list[str]:
+        """``texts`` as SentencePiece is given them: lowercased or case-marked where the
+        vocabulary says so."""
+        if self.lowercase:
+            return [t.lower() for t in texts]
         if not self.case_markup:
             return list(texts)
         from tf_transformer.data.case_markup import mark
@@ -169,7 +185,8 @@ class Tokenizer:
         return [self._sp.id_to_piece(int(i)) for i in ids]
 
     def pieces(self, text: str) -> list[str]:
-        """Subword strings of one text (with its case markers where the vocabulary has them)."""
+        """Subword strings of one text (lowercased, or with its case markers, where the
+        vocabulary says so)."""
         return list(self._sp.encode(self._marked([text])[0], out_type=str))
 
     # -- graph side ------------------------------------------------------------------
@@ -188,6 +205,10 @@ class Tokenizer:
 
     def tokenize(self, texts):
         """``tf.string [N]`` -> ``tf.RaggedTensor int32 [N, None]`` (no BOS/EOS), in-graph."""
+        if self.lowercase:
+            import tensorflow as tf
+
+            texts = tf.strings.lower(texts, encoding="utf-8")
         if self.case_markup:
             from tf_transformer.data.case_markup import tf_mark
 
@@ -212,6 +233,29 @@ class Tokenizer:
 
             texts = tf_unmark(texts)
         return texts
+
+
+def normalizer_name(proto: bytes) -> str:
+    """The normalizer name recorded in a serialised SentencePiece model (``nmt_nfkc``, ...)."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(proto)
+    return model.normalizer_spec.name
+
+
+def mark_lowercase(proto: bytes) -> bytes:
+    """``proto`` with :data:`LOWERCASE_MARK` appended to its normalizer's name: the record
+    that it was trained on lowercased text, read back by :class:`Tokenizer`. The name is
+    informational for SentencePiece (it normalises with the table stored beside it), so the
+    model's pieces and ids are unchanged."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    model = sentencepiece_model_pb2.ModelProto()
+    model.ParseFromString(proto)
+    if not model.normalizer_spec.name.endswith(LOWERCASE_MARK):
+        model.normalizer_spec.name += LOWERCASE_MARK
+    return model.SerializeToString()
 
 
 # ---------------------------------------------------------------------------------------
@@ -317,6 +361,7 @@ def build_vocab(
 
     used = [0]
     case_markup = bool(getattr(cfg, "case_markup", False))
+    lowercase = bool(getattr(cfg, "lowercase", False))
     from tf_transformer.data.case_markup import PIECES, mark
 
     def sentences():
@@ -324,7 +369,7 @@ def build_vocab(
             text = text.strip()
             if text:
                 used[0] += 1
-                yield mark(text) if case_markup else text
+                yield text.lower() if lowercase else mark(text) if case_markup else text
 
     progress(
         f"build-vocab: training SentencePiece {cfg.vocab_model_type.upper()} with {vocab_size:,} "
@@ -334,6 +379,8 @@ def build_vocab(
         sentences(), vocab_size, cfg.vocab_model_type, cfg.vocab_character_coverage,
         user_defined_symbols=PIECES if case_markup else (),
     )
+    if lowercase:
+        proto = mark_lowercase(proto)
     if model_path.exists() and not overwrite and model_path.read_bytes() != proto:
         raise DataError(
             f"{model_path} exists and holds a different model; write the new one elsewhere or "
@@ -345,7 +392,8 @@ def build_vocab(
     summary = (
         f"wrote {model_path} and {vocab_path}: {cfg.vocab_model_type.upper()} vocabulary of "
         f"{vocab_size:,} pieces (pad={PAD_ID} unk={UNK_ID} bos={BOS_ID} eos={EOS_ID}"
-        f"{', case markers ' + ' '.join(PIECES) + ' = 4 5' if case_markup else ''}) from "
+        f"{', case markers ' + ' '.join(PIECES) + ' = 4 5' if case_markup else ''}"
+        f"{', lowercased text' if lowercase else ''}) from "
         f"{used[0]:,} sentences of {described} in {seconds:.1f} s"
     )
     return {
@@ -354,6 +402,7 @@ def build_vocab(
         "vocab_size": vocab_size,
         "sentences": used[0],
         "case_markup": case_markup,
+        "lowercase": lowercase,
         "seconds": seconds,
         "summary": summary,
     }
@@ -393,6 +442,14 @@ def resolve_vocabulary(cfg, default_path, *, tokenizer=None, build_missing: bool
             f"{'without' if markup else 'with'} case markup (its pieces 4 and 5 are "
             f"{'not ' if markup else ''}the case markers); build a vocabulary with the same setting "
             "(tft build-vocab --set data.case_markup=...) or change the setting")
+    lowercase = bool(getattr(cfg.data, "lowercase", False))
+    if lowercase != tokenizer.lowercase:
+        where = cfg.data.vocab_model or "the given tokenizer"
+        raise UserError(
+            f"data.lowercase={str(lowercase).lower()} but the vocabulary {where} was built "
+            f"{'on cased' if lowercase else 'on lowercased'} text (its normalizer is named "
+            f"{normalizer_name(tokenizer.model_proto)!r}); build a vocabulary with the same setting "
+            "(tft build-vocab --set data.lowercase=...) or change the setting")
     size = int(tokenizer.vocab_size)
     if cfg.model.vocab_size is not None and cfg.model.vocab_size != size:
         # the model must have one row per piece: the vocabulary the user built decides

@@ -19,6 +19,11 @@
   including chains (``a-b-c`` -> ``a ##AT##-##AT## b ##AT##-##AT## c``).
 
 All scores are corpus-level, one reference per sentence.
+
+A model whose vocabulary lowercases (``data.lowercase``) writes lowercase only: every
+scorer of its outputs (``tft evaluate``, the validation-BLEU callback, the tuning scores)
+lowercases the references first (:func:`references_for`) and says so, so that the cased
+metrics measure translation and not the case the model cannot write.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ __all__ = [
     "lowercase_bleu",
     "moses_lowercase_bleu",
     "moses_tokenize",
+    "references_for",
     "sacre_bleu",
     "tokenize_13a",
 ]
@@ -72,6 +78,14 @@ def tokenize_13a(text: str) -> str:
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
     return Tokenizer13a()(text)
+
+
+def references_for(tokenizer, references: Sequence[str]) -> list[str]:
+    """``references`` as the outputs of ``tokenizer``'s model should be scored against them:
+    lowercased when the vocabulary lowercases (``tokenizer.lowercase``), else unchanged."""
+    if getattr(tokenizer, "lowercase", False):
+        return [r.lower() for r in references]
+    return list(references)
 
 
 def _check(hypotheses: Sequence[str], references: Sequence[str]) -> None:

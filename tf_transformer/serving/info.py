@@ -3,7 +3,7 @@
 ``export.json`` (SavedModel, :mod:`tf_transformer.serving.export`) and ``tft_export.json``
 (CTranslate2, :mod:`tf_transformer.serving.ctranslate2`) carry the same description of the
 model a client needs to feed it: vocabulary size, length limit, special ids, whether the
-vocabulary uses case markup, and the decoding defaults. Both are built here, so the two
+vocabulary uses case markup or lowercases, and the decoding defaults. Both are built here, so the two
 cannot drift apart; each format adds its own fields (signatures, quantization).
 """
 
@@ -31,6 +31,8 @@ def export_info(model, tokenizer, *, source: str, decode: dict | None, **fields)
                 "eos": int(tokenizer.eos_id)},
         # clients that tokenize themselves mark and unmark the case (data/case_markup.py)
         "case_markup": bool(getattr(tokenizer, "case_markup", False)),
+        # a lowercasing vocabulary (data.lowercase): clients lowercase the source themselves
+        "lowercase": bool(getattr(tokenizer, "lowercase", False)),
         "decode": dict(decode or {}),
         "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     })

@@ -7,7 +7,8 @@ so the validation loss of the same moment is in ``logs``), :class:`ValidationBLE
 1. translates the validation sources (all of them, or the first ``max_sentences``) with
    the Transformer being trained: greedy (``beam_size=1``) or beam search, the same
    :class:`~tf_transformer.decoding.translator.Translator` as ``tft translate``;
-2. scores them with sacreBLEU (detokenized, cased; the same function as ``tft evaluate``)
+2. scores them with sacreBLEU (detokenized, cased; the same function as ``tft evaluate``;
+   against lowercased references when the vocabulary lowercases, as ``tft evaluate`` does)
    and puts ``val_bleu`` into the epoch's ``logs``, so the progress line, ``History`` and
    the TensorBoard callback (placed after this one) all show it;
 3. writes a checkpoint through the run's :class:`~tf_transformer.training.callbacks.TimedCheckpoint`
@@ -91,7 +92,9 @@ class ValidationBLEU(keras.callbacks.Callback):
         self.transformer = transformer
         self.tokenizer = tokenizer
         self.sources = list(sources)
-        self.references = list(references)
+        from tf_transformer.evaluation.bleu import references_for
+
+        self.references = references_for(tokenizer, references)
         self.every_steps = int(every_steps)
         self.decode_settings = dict(beam_size=int(beam_size), alpha=float(alpha),
                                     max_extra_length=int(max_extra_length), batch_size=int(batch_size),

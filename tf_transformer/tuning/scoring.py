@@ -56,6 +56,7 @@ def corpus_bleu(model, tokenizer, sources: Sequence[str], references: Sequence[s
     translator = Translator(model, tokenizer, beam_size=beam_size, alpha=alpha,
                             max_extra_length=max_extra_length, batch_size=batch_size, stop_rule=stop_rule)
     hypotheses, _, _ = translator.translate(list(sources), progress=progress)
+    references = metrics.references_for(tokenizer, references)
     score = metrics.sacre_bleu(hypotheses, references)
     out = {"bleu": float(score.score), "signature": score.signature, "sentences": len(sources),
            "seconds": time.time() - start, "hypotheses": hypotheses}

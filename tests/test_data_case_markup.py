@@ -2,17 +2,14 @@
 every line of the bundled corpus, the vocabulary's markers, and every path of the tokenizer
 (Python, graph, exported signature) reading and writing cased text."""
 
-import gzip
-
 import pytest
+from helpers.corpora import BUNDLED_FILES, bundled_lines
 
 from tf_transformer.data import Tokenizer, build_vocab
 from tf_transformer.data.case_markup import PIECES, TITLE, UPPER, mark, mark_word, tf_mark, tf_unmark, unmark
-from tf_transformer.data.sources import bundled_multi30k_dir
 from tf_transformer.errors import UserError
 
 T, U = TITLE, UPPER
-FILES = [f"{split}.{lang}" for split in ("train", "val", "test2016") for lang in ("en", "de")]
 
 
 @pytest.mark.parametrize("word, marked", [
@@ -37,16 +34,12 @@ def test_mark_and_unmark_sentences():
     assert unmark(f"{U}") == "" and unmark("") == "" and mark("") == "" and mark("  ") == ""
 
 
-def _lines(name):
-    with gzip.open(bundled_multi30k_dir() / f"{name}.gz", "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
 
-
-@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("name", BUNDLED_FILES)
 def test_round_trip_and_graph_twin_on_the_whole_corpus(name):
     import tensorflow as tf
 
-    lines = _lines(name)
+    lines = bundled_lines(name)
     marked = [mark(line) for line in lines]
     assert [unmark(m) for m in marked] == [" ".join(line.split()) for line in lines]
     in_graph = [m.decode("utf-8") for m in tf_mark(tf.constant(lines)).numpy()]
@@ -79,7 +72,8 @@ def vocabs(tmp_path_factory):
     files = {}
     for lang in ("en", "de"):
         files[lang] = root / f"train.{lang}"
-        files[lang].write_text("".join(line + "\n" for line in _lines(f"train.{lang}")[:N_LINES]), encoding="utf-8")
+        lines = bundled_lines(f"train.{lang}")[:N_LINES]
+        files[lang].write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     out = {}
     for markup in (False, True):
         cfg = DataConfig(source="text", train_source=str(files["en"]), train_target=str(files["de"]),
@@ -96,7 +90,7 @@ def test_the_vocabulary_holds_the_markers_at_4_and_5(vocabs):
     assert marked.id_to_piece([4, 5]) == list(PIECES)
     assert not any(p in plain.id_to_piece(range(plain.vocab_size)) for p in PIECES)
     # fewer pieces spent on case: more distinct lowercase words have a piece of their own
-    words = {w.lower() for line in _lines("train.de")[:N_LINES] for w in line.split()}
+    words = {w.lower() for line in bundled_lines("train.de")[:N_LINES] for w in line.split()}
     assert sum(len(marked.pieces(w)) for w in words) < sum(len(plain.pieces(w)) for w in words)
 
 
@@ -177,7 +171,7 @@ def test_exported_signature_equals_the_translator_with_case_markup(vocabs):
     keras.utils.set_random_seed(4)
     model = Transformer(vocab_size=tok.vocab_size, d_model=16, num_layers=1, num_heads=2, d_ff=32, dropout=0.0,
                         max_length=64)
-    texts = _lines("val.en")[:32]
+    texts = bundled_lines("val.en")[:32]
     model((tf.constant(tok.encode(texts[:1])), tf.constant([[2]])))
     ours, _, _ = Translator(model, tok, beam_size=2, alpha=0.6, max_extra_length=6).translate(texts)
     module = build_module(model, tok, beam_size=2, alpha=0.6, max_extra_length=6)

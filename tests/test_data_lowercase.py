@@ -3,32 +3,26 @@ tokenizer (Python, graph, exported signature) lowercases what it reads; Python a
 lowercase alike on every line of the bundled corpus; the scorers lowercase the references
 for such a model; config and vocabulary must agree."""
 
-import gzip
 from types import SimpleNamespace
 
 import pytest
+from helpers.corpora import BUNDLED_FILES, bundled_lines
 
 from tf_transformer.config import DataConfig
 from tf_transformer.data import Tokenizer, build_vocab
-from tf_transformer.data.sources import bundled_multi30k_dir
 from tf_transformer.data.tokenizer import LOWERCASE_MARK, normalizer_name
 from tf_transformer.errors import ConfigError, UserError
 
-FILES = [f"{split}.{lang}" for split in ("train", "val", "test2016") for lang in ("en", "de")]
 N_LINES, VOCAB = 1500, 600
 TEXTS = ["Ein Mann in einem USA-T-Shirt spielt Fußball.", "A DOG runs.", "zwei hunde", ""]
 
 
-def _lines(name):
-    with gzip.open(bundled_multi30k_dir() / f"{name}.gz", "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
 
-
-@pytest.mark.parametrize("name", FILES)
+@pytest.mark.parametrize("name", BUNDLED_FILES)
 def test_graph_lowercases_like_python_on_the_whole_corpus(name):
     import tensorflow as tf
 
-    lines = _lines(name)
+    lines = bundled_lines(name)
     in_graph = [t.decode("utf-8") for t in tf.strings.lower(tf.constant(lines), encoding="utf-8").numpy()]
     assert in_graph == [line.lower() for line in lines]
 
@@ -49,7 +43,7 @@ def vocabs(tmp_path_factory):
     for kind in ("cased", "lower", "prelowered"):
         files = {}
         for lang in ("en", "de"):
-            lines = _lines(f"train.{lang}")[:N_LINES]
+            lines = bundled_lines(f"train.{lang}")[:N_LINES]
             if kind == "prelowered":  # the corpus lowercased beforehand, the vocabulary built as a cased one
                 lines = [line.lower() for line in lines]
             files[lang] = root / f"{kind}.train.{lang}"
@@ -72,7 +66,7 @@ def test_the_vocabulary_is_built_on_lowercased_text_and_says_so(vocabs):
     assert any(p != p.lower() for p in cased.id_to_piece(range(cased.vocab_size)))
     # the same model as one built on a corpus lowercased beforehand: only the name differs
     assert pieces == pre.id_to_piece(range(pre.vocab_size))
-    words = _lines("val.de")[:200]
+    words = bundled_lines("val.de")[:200]
     assert lower.encode(words) == pre.encode([w.lower() for w in words])
     assert "lowercase=True" in repr(lower) and "lowercase=True" not in repr(cased)
 

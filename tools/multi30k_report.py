@@ -184,29 +184,27 @@ def weight_sets(run: Path, cfg, averages=(5, 10)):
 DEFAULT_EXTRA_ALPHAS = (1.0, 1.4)
 
 
+def _parse_list(text, option: str, convert, least, what: str, example: str) -> list:
+    """A comma-separated option as a list without repeats, each item ``convert``-ed and >= ``least``."""
+    try:
+        values = [convert(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise SystemExit(f"report: {option} {text!r}: expected comma-separated {what}, e.g. {example}") from None
+    if not values or any(v < least for v in values):
+        raise SystemExit(f"report: {option} {text!r}: expected one or more {what} >= {least}")
+    return list(dict.fromkeys(values))
+
+
 def parse_counts(text) -> list[int]:
     """``--average`` as a list of checkpoint counts without repeats."""
-    try:
-        values = [int(n) for n in str(text).split(",") if n.strip()]
-    except ValueError:
-        raise SystemExit(f"report: --average {text!r}: expected comma-separated whole numbers, e.g. 5,10") from None
-    if not values or any(n < 2 for n in values):
-        raise SystemExit(f"report: --average {text!r}: expected one or more counts >= 2")
-    return list(dict.fromkeys(values))
+    return _parse_list(text, "--average", int, 2, "whole numbers", "5,10")
 
 
 def parse_alphas(text, run_alpha: float) -> list[float]:
     """``--alphas`` as a list without repeats (default: the run's alpha, 1.0 and 1.4)."""
     if text is None:
-        values = [run_alpha, *DEFAULT_EXTRA_ALPHAS]
-    else:
-        try:
-            values = [float(a) for a in str(text).split(",") if a.strip()]
-        except ValueError:
-            raise SystemExit(f"report: --alphas {text!r}: expected comma-separated numbers, e.g. 0.6,1.0,1.4") from None
-        if not values or any(a < 0 for a in values):
-            raise SystemExit(f"report: --alphas {text!r}: expected one or more numbers >= 0")
-    return list(dict.fromkeys(values))
+        return list(dict.fromkeys([run_alpha, *DEFAULT_EXTRA_ALPHAS]))
+    return _parse_list(text, "--alphas", float, 0, "numbers", "0.6,1.0,1.4")
 
 
 def decode_and_score(run: Path, name: str, model_path: Path, tokenizer, splits, jobs, cfg):

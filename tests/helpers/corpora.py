@@ -18,3 +18,17 @@ def write_tiny_parallel_corpus(directory, sizes=(("train", 300), ("valid", 20)),
         (directory / f"{split}.en").write_text("\n".join(" ".join(WORDS_EN[i] for i in s) for s in idx) + "\n")
         (directory / f"{split}.de").write_text("\n".join(" ".join(WORDS_DE[i] for i in s) for s in idx) + "\n")
     return directory
+
+
+#: the bundled Multi30k's files, ``<split>.<lang>``
+BUNDLED_FILES = [f"{split}.{lang}" for split in ("train", "val", "test2016") for lang in ("en", "de")]
+
+
+def bundled_lines(name: str) -> list[str]:
+    """The lines of the bundled Multi30k file ``name`` (``"train.de"``, ...), newlines removed."""
+    import gzip
+
+    from tf_transformer.data.sources import bundled_multi30k_dir
+
+    with gzip.open(bundled_multi30k_dir() / f"{name}.gz", "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]

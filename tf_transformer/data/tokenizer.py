@@ -434,22 +434,23 @@ def resolve_vocabulary(cfg, default_path, *, tokenizer=None, build_missing: bool
             build_vocab(cfg.data, path, progress=log)
         cfg.data.vocab_model = str(path)
         tokenizer = Tokenizer(path)
+    # settings the vocabulary was built with: the config must say the same
     markup = bool(getattr(cfg.data, "case_markup", False))
-    if markup != tokenizer.case_markup:
-        where = cfg.data.vocab_model or "the given tokenizer"
-        raise UserError(
-            f"data.case_markup={str(markup).lower()} but the vocabulary {where} was built "
-            f"{'without' if markup else 'with'} case markup (its pieces 4 and 5 are "
-            f"{'not ' if markup else ''}the case markers); build a vocabulary with the same setting "
-            "(tft build-vocab --set data.case_markup=...) or change the setting")
     lowercase = bool(getattr(cfg.data, "lowercase", False))
-    if lowercase != tokenizer.lowercase:
-        where = cfg.data.vocab_model or "the given tokenizer"
-        raise UserError(
-            f"data.lowercase={str(lowercase).lower()} but the vocabulary {where} was built "
-            f"{'on cased' if lowercase else 'on lowercased'} text (its normalizer is named "
-            f"{normalizer_name(tokenizer.model_proto)!r}); build a vocabulary with the same setting "
-            "(tft build-vocab --set data.lowercase=...) or change the setting")
+    for setting, wanted, has, how in (
+        ("case_markup", markup, tokenizer.case_markup,
+         f"{'without' if markup else 'with'} case markup (its pieces 4 and 5 are {'not ' if markup else ''}the "
+         "case markers)"),
+        ("lowercase", lowercase, tokenizer.lowercase,
+         f"{'on cased' if lowercase else 'on lowercased'} text (its normalizer is named "
+         f"{normalizer_name(tokenizer.model_proto)!r})"),
+    ):
+        if wanted != has:
+            where = cfg.data.vocab_model or "the given tokenizer"
+            raise UserError(
+                f"data.{setting}={str(wanted).lower()} but the vocabulary {where} "
+                f"was built {how}; build a vocabulary with the same setting (tft build-vocab --set "
+                f"data.{setting}=...) or change the setting")
     size = int(tokenizer.vocab_size)
     if cfg.model.vocab_size is not None and cfg.model.vocab_size != size:
         # the model must have one row per piece: the vocabulary the user built decides

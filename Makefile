@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 export KERAS_BACKEND ?= tensorflow
 
-.PHONY: demo test test-fast bench lint clean install
+.PHONY: demo test test-fast bench lint clean install reproduce
 
 install: $(STAMP)
 
@@ -24,6 +24,15 @@ test-fast: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) tools/demo.py
+
+# Transformer-Tiny on Multi30k (Wu et al., ACL 2021): tools/reproduce_multi30k.sh; resumable
+# (run it again after an interruption). RUN, MINUTES (whole-run training budget) and SET
+# (space-separated overrides, e.g. SET="train.seed=2 data.seed=2") may be given.
+RUN     ?= runs/multi30k_tiny
+MINUTES ?= 105
+SET     ?=
+reproduce: $(STAMP)
+	PY=$(PY) MINUTES=$(MINUTES) tools/reproduce_multi30k.sh $(RUN) -- $(SET)
 
 bench: $(STAMP)
 	$(PY) tools/bench/train_throughput.py

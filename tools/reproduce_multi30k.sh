@@ -15,14 +15,14 @@
 #
 # Usage: tools/reproduce_multi30k.sh [RUN_DIR] [-- extra tft train --set overrides]
 #   RUN_DIR   default runs/multi30k_tiny
-#   MINUTES   environment: wall-clock training budget of the whole run (default 100); a
+#   MINUTES   environment: wall-clock training budget of the whole run (default 105); a
 #             resumed run trains for what its earlier sittings left of it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN=${1:-runs/multi30k_tiny}
 shift || true
 [ "${1:-}" = "--" ] && shift
-MINUTES=${MINUTES:-100}
+MINUTES=${MINUTES:-105}
 PY=${PY:-python}
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-3}
 OVERRIDES=()

@@ -213,7 +213,7 @@ def decode_and_score(run: Path, name: str, model_path: Path, tokenizer, splits, 
     import keras
 
     from tf_transformer.decoding.translator import Translator
-    from tf_transformer.evaluation.bleu import evaluate_translations, references_for
+    from tf_transformer.evaluation.bleu import evaluate_translations
 
     cache_dir = run / "report" / "outputs"
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -244,8 +244,7 @@ def decode_and_score(run: Path, name: str, model_path: Path, tokenizer, splits, 
             hyps, _, _ = translator.translate(sources)
             seconds = time.time() - start
             hyp_path.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-            # a lowercasing vocabulary (data.lowercase): scored against lowercased references
-            scores = evaluate_translations(hyps, references_for(tokenizer, references), lang=cfg.data.target_lang)
+            scores = evaluate_translations(hyps, references, lang=cfg.data.target_lang)
             meta = {"scores": {k: round(scores[k].score, 2) for k in scores},
                     "signatures": {k: scores[k].signature for k in scores},
                     "details": {k: scores[k].detail for k in scores},
@@ -317,6 +316,7 @@ def main(argv=None) -> int:
     from tf_transformer.config import load_config
     from tf_transformer.data import read_parallel_text
     from tf_transformer.data.tokenizer import Tokenizer
+    from tf_transformer.evaluation.bleu import references_for
     from tf_transformer.io import read_eval_log
 
     run = Path(args.run)
@@ -333,7 +333,11 @@ def main(argv=None) -> int:
     alphas = parse_alphas(args.alphas, cfg.decode.alpha)
     averages = parse_counts(args.average)
     tokenizer = Tokenizer(run / "vocab.model")
-    splits = {"val": read_parallel_text(cfg.data, "valid"), "test2016": read_parallel_text(cfg.data, "test")}
+    # references as the model's outputs are scored against them (lowercased for a vocabulary
+    # built with data.lowercase), once for every decode
+    splits = {split: (sources, references_for(tokenizer, references))
+              for split, (sources, references) in (("val", read_parallel_text(cfg.data, "valid")),
+                                                   ("test2016", read_parallel_text(cfg.data, "test")))}
     if args.limit:
         splits = {k: (s[: args.limit], r[: args.limit]) for k, (s, r) in splits.items()}
     started = time.time()

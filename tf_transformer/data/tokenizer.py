@@ -235,13 +235,18 @@ class Tokenizer:
         return texts
 
 
-def normalizer_name(proto: bytes) -> str:
-    """The normalizer name recorded in a serialised SentencePiece model (``nmt_nfkc``, ...)."""
+def _parsed(proto: bytes):
+    """A serialised SentencePiece model as its protobuf message."""
     from sentencepiece import sentencepiece_model_pb2
 
     model = sentencepiece_model_pb2.ModelProto()
     model.ParseFromString(proto)
-    return model.normalizer_spec.name
+    return model
+
+
+def normalizer_name(proto: bytes) -> str:
+    """The normalizer name recorded in a serialised SentencePiece model (``nmt_nfkc``, ...)."""
+    return _parsed(proto).normalizer_spec.name
 
 
 def mark_lowercase(proto: bytes) -> bytes:
@@ -249,10 +254,7 @@ def mark_lowercase(proto: bytes) -> bytes:
     that it was trained on lowercased text, read back by :class:`Tokenizer`. The name is
     informational for SentencePiece (it normalises with the table stored beside it), so the
     model's pieces and ids are unchanged."""
-    from sentencepiece import sentencepiece_model_pb2
-
-    model = sentencepiece_model_pb2.ModelProto()
-    model.ParseFromString(proto)
+    model = _parsed(proto)
     if not model.normalizer_spec.name.endswith(LOWERCASE_MARK):
         model.normalizer_spec.name += LOWERCASE_MARK
     return model.SerializeToString()

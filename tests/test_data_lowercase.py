@@ -78,16 +78,19 @@ def test_every_tokenizer_path_lowercases(vocabs):
     ids = tok.encode(TEXTS)
     assert ids == tok.encode([t.lower() for t in TEXTS])
     assert tok.tokenize(tf.constant(TEXTS)).to_list() == ids
-    assert tok.decode(ids) == [t.lower() for t in TEXTS]
+    # decoding gives the lowercase text its case back with the vocabulary's recaser, in both paths
+    assert tok.decode(ids) == tok.recaser([t.lower() for t in TEXTS])
+    # (fitted on 1,500 German training lines: "usa" is not among them, so it stays lowercase)
+    assert tok.decode(ids)[:2] == ["Ein Mann in einem usa-T-Shirt spielt Fußball.", "A dog runs."]
     assert [t.decode("utf-8") for t in tok.detokenize(tf.ragged.constant(ids)).numpy()] == tok.decode(ids)
     assert tok.pieces("Ein Hund") == tok.pieces("ein hund")
     cased = Tokenizer(vocabs["cased"])  # a cased vocabulary leaves the case alone
     assert cased.encode(["Ein Mann"]) != cased.encode(["ein mann"])
 
 
-def test_exported_signature_lowercases_in_the_graph(vocabs, monkeypatch):
+def test_exported_signature_lowercases_and_recases_in_the_graph(vocabs, monkeypatch, tmp_path):
     """The SavedModel's text signature with a decoder that copies its source: it is given the
-    ids of the lowercased text and returns that text."""
+    ids of the lowercased text and returns that text recased, also once saved and loaded."""
     import tensorflow as tf
 
     from tf_transformer.decoding import model_fns
@@ -104,9 +107,14 @@ def test_exported_signature_lowercases_in_the_graph(vocabs, monkeypatch):
     model = Transformer(vocab_size=tok.vocab_size, d_model=16, num_layers=1, num_heads=2, d_ff=32, max_length=64)
     module = build_module(model, tok, beam_size=2, alpha=0.6, max_extra_length=6)
     served = [t.decode("utf-8") for t in module.translate(tf.constant(TEXTS))["translation"].numpy()]
-    assert served == [t.lower() for t in TEXTS]
-    assert export_info(model, tok, source="m.keras", decode=None)["lowercase"] is True
-    assert export_info(model, Tokenizer(vocabs["cased"]), source="m.keras", decode=None)["lowercase"] is False
+    assert served == tok.recaser([t.lower() for t in TEXTS])
+    tf.saved_model.save(module, str(tmp_path / "saved"), signatures={"translate": module.translate})
+    loaded = tf.saved_model.load(str(tmp_path / "saved"))
+    assert [t.decode("utf-8") for t in loaded.translate(tf.constant(TEXTS))["translation"].numpy()] == served
+    info = export_info(model, tok, source="m.keras", decode=None)
+    assert info["lowercase"] is True and info["recased"] is True
+    info = export_info(model, Tokenizer(vocabs["cased"]), source="m.keras", decode=None)
+    assert info["lowercase"] is False and info["recased"] is False
 
 
 def test_the_config_and_the_vocabulary_must_agree(vocabs):
@@ -137,5 +145,7 @@ def test_the_scorers_lowercase_the_references_for_a_lowercasing_model():
     assert references_for(SimpleNamespace(lowercase=True), refs) == ["ein mann spielt.", "zwei hunde"]
     assert references_for(SimpleNamespace(lowercase=False), refs) == refs
     assert references_for(SimpleNamespace(), refs) == refs  # tokenizers without the attribute
+    # a lowercasing vocabulary with a recaser: its outputs are cased again, the references stay
+    assert references_for(SimpleNamespace(lowercase=True, recaser=lambda texts: texts), refs) == refs
     callback = ValidationBLEU(None, SimpleNamespace(lowercase=True), ["a", "b"], refs, every_steps=1)
     assert callback.references == ["ein mann spielt.", "zwei hunde"]

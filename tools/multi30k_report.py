@@ -220,6 +220,7 @@ def decode_and_score(run: Path, name: str, model_path: Path, tokenizer, splits, 
     slug = name.split(" (")[0].replace(" ", "-")
     results, model = {}, None
     weights = fingerprint(model_path)
+    recaser = None if tokenizer.recaser is None else hashlib.sha256(tokenizer.recaser.to_bytes()).hexdigest()[:16]
     inputs_of = {split: hashlib.sha256("\n".join(splits[split][0]).encode("utf-8")).hexdigest()
                  for split in dict.fromkeys(split for split, _, _ in jobs)}
     for split, beam, alpha in jobs:
@@ -233,7 +234,8 @@ def decode_and_score(run: Path, name: str, model_path: Path, tokenizer, splits, 
         meta.setdefault("stop_rule", "bound")  # outputs cached before there was a choice
         # what the cached outputs depend on: the weights, the sentences (--limit), the decoding
         key = {"weights": weights, "inputs": inputs, "alpha": alpha,
-               "max_extra_length": cfg.decode.max_extra_length, "stop_rule": rule if beam > 1 else "bound"}
+               "max_extra_length": cfg.decode.max_extra_length, "stop_rule": rule if beam > 1 else "bound",
+               "recaser": recaser}
         if any(meta.get(k) != v for k, v in key.items()):  # not decoded yet, or otherwise: decode again
             if model is None:
                 model = keras.saving.load_model(str(model_path), compile=False)
@@ -333,8 +335,14 @@ def main(argv=None) -> int:
     alphas = parse_alphas(args.alphas, cfg.decode.alpha)
     averages = parse_counts(args.average)
     tokenizer = Tokenizer(run / "vocab.model")
-    # references as the model's outputs are scored against them (lowercased for a vocabulary
-    # built with data.lowercase), once for every decode
+    if tokenizer.lowercase and tokenizer.recaser is None:
+        from tf_transformer.data.recase import Recaser
+
+        say("the run's lowercasing vocabulary carries no recaser (built before vocabularies did): "
+            "fitting one on the training targets, as tft build-vocab now does")
+        tokenizer.recaser = Recaser.fit(read_parallel_text(cfg.data, "train")[1])
+    # references as the model's outputs are scored against them (lowercased for a lowercasing
+    # vocabulary without a recaser), once for every decode
     splits = {split: (sources, references_for(tokenizer, references))
               for split, (sources, references) in (("val", read_parallel_text(cfg.data, "valid")),
                                                    ("test2016", read_parallel_text(cfg.data, "test")))}

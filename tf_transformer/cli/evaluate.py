@@ -97,9 +97,13 @@ def run(args: argparse.Namespace) -> int:
     if warning:
         print(f"tft evaluate: warning: {warning}", file=sys.stderr)
     if getattr(translator.tokenizer, "lowercase", False):
-        print("tft evaluate: the model's vocabulary lowercases (data.lowercase): its outputs are lowercase, "
-              "so the references are lowercased before scoring (the cased metrics below are on lowercased text)",
-              file=sys.stderr)
+        if getattr(translator.tokenizer, "recaser", None) is not None:
+            print("tft evaluate: the model's vocabulary lowercases (data.lowercase): its outputs were recased by "
+                  "the vocabulary's recaser and are scored against the references as they are", file=sys.stderr)
+        else:
+            print("tft evaluate: the model's vocabulary lowercases (data.lowercase) and carries no recaser: its "
+                  "outputs are lowercase, so the references are lowercased before scoring (the cased metrics "
+                  "below are on lowercased text)", file=sys.stderr)
         refs = references_for(translator.tokenizer, refs)
     scores = evaluate_translations(hyps, refs, lang=(cfg.data.target_lang if cfg else "de"))
     print(f"# {what}: {len(sources):,} sentences, {describe(decode)}")

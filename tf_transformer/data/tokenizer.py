@@ -28,7 +28,10 @@ normalises with the NFKC table it stores). A :class:`Tokenizer` of such a vocabu
 lowercases every text before SentencePiece sees it (``str.lower`` in Python,
 ``tf.strings.lower(..., encoding="utf-8")`` in the graph: the same full Unicode mapping, so
 ``ẞ`` and ``ß`` stay ``ß``, unlike case folding's ``ss``), so the model reads and writes
-lowercase only.
+lowercase only. Such a vocabulary also carries a recaser fitted on the cased target side of
+the training data (:mod:`tf_transformer.data.recase`, stored in the model file where
+SentencePiece ignores it): :meth:`Tokenizer.decode` and :meth:`Tokenizer.detokenize` give
+the decoded text its case back, so translations read (and score) as cased text.
 
 Training is deterministic: the trainer runs on one thread over the sentences in file
 order with its own sampling and shuffling switched off; when the corpus holds more than
@@ -48,6 +51,7 @@ Two ways to use the model:
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -121,6 +125,16 @@ class Tokenizer:
         marker_ids = range(len(expected), len(expected) + len(PIECES))
         self.case_markup: bool = self.vocab_size > marker_ids[-1] and tuple(self.id_to_piece(marker_ids)) == PIECES
         self.lowercase: bool = normalizer_name(proto).endswith(LOWERCASE_MARK)
+        #: the recaser of a lowercasing vocabulary (None: outputs stay as decoded)
+        self.recaser = None
+        if self.lowercase:
+            from tf_transformer.data.recase import attached
+
+            try:
+                self.recaser = attached(proto)
+            except ValueError as e:
+                raise DataError(f"{where}: its recaser cannot be read ({e}); rebuild the vocabulary "
+                                "with `tft build-vocab`") from None
 
     # -- ids -------------------------------------------------------------------------
     pad_id = PAD_ID
@@ -136,6 +150,7 @@ class Tokenizer:
         where = self.model_path or "<bytes>"
         markup = ", case_markup=True" if self.case_markup else ""
         markup += ", lowercase=True" if self.lowercase else ""
+        markup += ", recased" if self.recaser is not None else ""
         return f"Tokenizer({where!r}, vocab_size={self.vocab_size}{markup})"
 
     @classmethod
@@ -167,7 +182,8 @@ class Tokenizer:
         return [mark(t) for t in texts]
 
     def decode(self, ids: Iterable[Sequence[int]]) -> list[str]:
-        """Text of each id sequence. Ids after the first EOS are ignored; pad/BOS dropped."""
+        """Text of each id sequence. Ids after the first EOS are ignored; pad/BOS dropped; the
+        case restored where the vocabulary uses case markup or carries a recaser."""
         out = []
         for seq in ids:
             seq = [int(i) for i in seq]
@@ -178,6 +194,8 @@ class Tokenizer:
             from tf_transformer.data.case_markup import unmark
 
             out = [unmark(t) for t in out]
+        if self.recaser is not None:
+            out = self.recaser(out)
         return out
 
     def id_to_piece(self, ids: Sequence[int]) -> list[str]:
@@ -218,7 +236,8 @@ class Tokenizer:
     def detokenize(self, ids):
         """int ids ``[N, T]`` (dense, 0-padded, or ragged) -> ``tf.string [N]``, in-graph.
 
-        Like :meth:`decode`: ids after the first EOS are ignored, pad and BOS dropped.
+        Like :meth:`decode`: ids after the first EOS are ignored, pad and BOS dropped, the
+        case restored (case markup, recaser).
         """
         import tensorflow as tf
 
@@ -232,6 +251,8 @@ class Tokenizer:
             from tf_transformer.data.case_markup import tf_unmark
 
             texts = tf_unmark(texts)
+        if self.recaser is not None:
+            texts = self.recaser.tf_recase(texts)
         return texts
 
 
@@ -365,12 +386,21 @@ def build_vocab(
     case_markup = bool(getattr(cfg, "case_markup", False))
     lowercase = bool(getattr(cfg, "lowercase", False))
     from tf_transformer.data.case_markup import PIECES, mark
+    from tf_transformer.data.recase import RecaserFitter
+
+    # a lowercasing vocabulary carries a recaser of the (cased) target side: the second half
+    # of the sentences read, sources first
+    recaser = RecaserFitter() if lowercase else None
+    indices = iter(selected.tolist()) if selected is not None else itertools.count()
 
     def sentences():
-        for text in sources.iter_training_sentences(cfg, None if selected is None else selected.tolist()):
+        chosen = None if selected is None else selected.tolist()
+        for index, text in zip(indices, sources.iter_training_sentences(cfg, chosen)):
             text = text.strip()
             if text:
                 used[0] += 1
+                if recaser is not None and 2 * index >= count:
+                    recaser.add(text)
                 yield text.lower() if lowercase else mark(text) if case_markup else text
 
     progress(
@@ -382,7 +412,10 @@ def build_vocab(
         user_defined_symbols=PIECES if case_markup else (),
     )
     if lowercase:
-        proto = mark_lowercase(proto)
+        from tf_transformer.data.recase import attach
+
+        recaser = recaser.result()
+        proto = attach(mark_lowercase(proto), recaser)
     if model_path.exists() and not overwrite and model_path.read_bytes() != proto:
         raise DataError(
             f"{model_path} exists and holds a different model; write the new one elsewhere or "
@@ -395,7 +428,7 @@ def build_vocab(
         f"wrote {model_path} and {vocab_path}: {cfg.vocab_model_type.upper()} vocabulary of "
         f"{vocab_size:,} pieces (pad={PAD_ID} unk={UNK_ID} bos={BOS_ID} eos={EOS_ID}"
         f"{', case markers ' + ' '.join(PIECES) + ' = 4 5' if case_markup else ''}"
-        f"{', lowercased text' if lowercase else ''}) from "
+        f"{f', lowercased text, recaser of {len(recaser.words):,} target words' if lowercase else ''}) from "
         f"{used[0]:,} sentences of {described} in {seconds:.1f} s"
     )
     return {

@@ -20,8 +20,11 @@
 
 All scores are corpus-level, one reference per sentence.
 
-A model whose vocabulary lowercases (``data.lowercase``) writes lowercase only: every
-scorer of its outputs (``tft evaluate``, the validation-BLEU callback, the tuning scores)
+A model whose vocabulary lowercases (``data.lowercase``) writes lowercase; its vocabulary's
+recaser (:mod:`tf_transformer.data.recase`) gives the decoded text its case back, and the
+cased metrics score that against the references as they are. A lowercasing vocabulary
+without a recaser (built before vocabularies carried one) leaves the outputs lowercase:
+then every scorer (``tft evaluate``, the validation-BLEU callback, the tuning scores)
 lowercases the references first (:func:`references_for`) and says so, so that the cased
 metrics measure translation and not the case the model cannot write.
 """
@@ -82,8 +85,9 @@ def tokenize_13a(text: str) -> str:
 
 def references_for(tokenizer, references: Sequence[str]) -> list[str]:
     """``references`` as the outputs of ``tokenizer``'s model should be scored against them:
-    lowercased when the vocabulary lowercases (``tokenizer.lowercase``), else unchanged."""
-    if getattr(tokenizer, "lowercase", False):
+    lowercased when the vocabulary lowercases (``tokenizer.lowercase``) and carries no
+    recaser (its outputs stay lowercase), else unchanged."""
+    if getattr(tokenizer, "lowercase", False) and getattr(tokenizer, "recaser", None) is None:
         return [r.lower() for r in references]
     return list(references)
 

@@ -75,6 +75,8 @@ def _module_class():
                 autograph=False)
             if tokenizer is not None:
                 self.sentencepiece = tokenizer.tf_tokenizer  # a tracked resource: saved as an asset
+                if getattr(tokenizer, "recaser", None) is not None:  # its lookup tables, saved with it
+                    self.recaser_tables = tokenizer.recaser.tf_tables()
                 # its tokenize/detokenize (case markup included) run on that same resource
                 self._tokenizer = tokenizer
                 self.translate = tf.function(

@@ -33,6 +33,9 @@ def export_info(model, tokenizer, *, source: str, decode: dict | None, **fields)
         "case_markup": bool(getattr(tokenizer, "case_markup", False)),
         # a lowercasing vocabulary (data.lowercase): clients lowercase the source themselves
         "lowercase": bool(getattr(tokenizer, "lowercase", False)),
+        # its outputs recased by the vocabulary's recaser (inside the signatures; in Python,
+        # Tokenizer.decode does it)
+        "recased": getattr(tokenizer, "recaser", None) is not None,
         "decode": dict(decode or {}),
         "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
     })

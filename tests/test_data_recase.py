@@ -137,3 +137,23 @@ def test_build_vocab_fits_the_recaser_on_the_target_side_only(tmp_path):
         assert tok.recaser == Recaser.fit(tgt.read_text(encoding="utf-8").splitlines())
         assert "dog" not in tok.recaser.words and tok.recaser.words["berlin"] == "Berlin"
         assert "recaser of 5 target words" in info["summary"] and "recased" in repr(tok)
+
+
+def test_a_sampled_vocabulary_fits_the_recaser_on_the_sampled_targets(tmp_path):
+    import numpy as np
+
+    from tf_transformer.config import DataConfig
+    from tf_transformer.data import Tokenizer, build_vocab
+
+    src, tgt = tmp_path / "train.en", tmp_path / "train.de"
+    english = ["The Dog runs.", "A Cat sleeps.", "Two Birds sing.", "One Fish swims."]
+    german = ["Der Hund läuft.", "Eine Katze schläft.", "Zwei Vögel singen.", "Ein Fisch schwimmt."]
+    src.write_text("".join(t + "\n" for t in english), encoding="utf-8")
+    tgt.write_text("".join(t + "\n" for t in german), encoding="utf-8")
+    cfg = DataConfig(source="text", train_source=str(src), train_target=str(tgt), vocab_size=30,
+                     lowercase=True, vocab_input_sentence_size=5, seed=3)
+    tok = Tokenizer(build_vocab(cfg, tmp_path / "spm", progress=lambda m: None)["model"])
+    # the sample build_vocab draws: indices 0-3 are the English lines, 4-7 the German ones
+    chosen = np.sort(np.random.default_rng(3).choice(8, size=5, replace=False))
+    assert tok.recaser == Recaser.fit([german[i - 4] for i in chosen if i >= 4])
+    assert 0 < sum(i >= 4 for i in chosen) < 4  # the test means something: some targets left out

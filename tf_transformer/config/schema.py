@@ -164,7 +164,9 @@ class DataConfig:
     # true: source and target text are lowercased before SentencePiece sees them, as
     # multimodal-MT work prepares Multi30k (its published BLEU is on lowercased text); the
     # vocabulary is built on lowercased text and marked so (data/tokenizer.py), and every
-    # tokenizer of it lowercases what it reads: the model reads and writes lowercase only
+    # tokenizer of it lowercases what it reads: the model reads and writes lowercase, and the
+    # recaser the vocabulary carries (fitted on the cased training targets, data/recase.py)
+    # gives decoded text its case back
     lowercase: bool = False
     # batching
     tokens_per_batch: int = 4096  # at most this many source AND target slots (padding included)

@@ -41,6 +41,7 @@ def test_the_rules_on_a_toy_corpus(toy):
     assert toy.recase("  xyz  42 ,,mann--brot!! ") == "  Xyz  42 ,,Mann--Brot!! "
     assert toy.recase("") == "" and toy.recase("123 !") == "123 !"
     assert toy(["der mann", "das essen"]) == ["Der Mann", "Das Essen"]
+    assert toy.recase("DER MANN isst BROT") == "Der Mann isst Brot"  # the input's own case is ignored
 
 
 def test_the_first_word_is_capitalised_only_where_the_corpus_does_so():
@@ -89,7 +90,8 @@ def test_the_graph_recases_like_python_on_every_line(multi30k, name):
 
     lines = [line.lower() for line in bundled_lines(name)] + [
         "", "   ", "123 !!", "straßenmusiker spielen", "ßtraße", "a", "das essen ist gut",
-        "ein mann im usa-t-shirt.", "éin ünbekanntes wörtchen", "x" * 80, "mann\tmann\nmann"]
+        "ein mann im usa-t-shirt.", "éin ünbekanntes wörtchen", "x" * 80, "mann\tmann\nmann",
+        "DER MANN isst BROT", "Ärger ÜBER Straßenmusiker"]
     in_graph = [t.decode("utf-8") for t in multi30k.tf_recase(tf.constant(lines)).numpy()]
     assert in_graph == multi30k(lines)
 

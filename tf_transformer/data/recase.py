@@ -40,7 +40,6 @@ __all__ = ["FIELD", "Recaser", "RecaserFitter", "attach", "attached"]
 #: field number of the recaser in a SentencePiece ``ModelProto`` (``extensions 200 to max``)
 FIELD = 20240
 _FORMAT = "tf-transformer recaser"
-_START = ""  # the "previous word" of a sentence's first word
 
 
 def _spans(text: str) -> list[tuple[int, int]]:
@@ -108,10 +107,11 @@ class Recaser:
         return lower
 
     def recase(self, text: str) -> str:
-        """``text`` (lowercase) with the case its words most often have in the training text."""
+        """``text`` with the case its words most often have in the training text (the case
+        ``text`` has is ignored: cased text comes back recased)."""
         out, last, previous = [], 0, None
         for start, end in _spans(text):
-            lower = text[start:end]
+            lower = text[start:end].lower()  # (a model of a lowercasing vocabulary writes no capitals)
             form = None if previous is None else self.after.get(f"{previous}\t{lower}")
             if form is None:
                 form = self._known_or_head(lower)
@@ -166,7 +166,7 @@ class Recaser:
         is_word = tf.strings.regex_full_match(flat, r"\p{L}+")
         # the previous word of each word, "" for a sentence's first: number the words of each row
         row = pieces.value_rowids()
-        words = tf.boolean_mask(flat, is_word)
+        words = tf.strings.lower(tf.boolean_mask(flat, is_word), encoding="utf-8")
         word_rows = tf.boolean_mask(row, is_word)
         # (shifted by one: the row and the text of the word before; [:-1] keeps empty inputs empty)
         first = word_rows != tf.concat([[-1], word_rows], axis=0)[:-1]

@@ -62,6 +62,16 @@ def _title(word: str) -> str:
     return word[:1].upper() + word[1:]
 
 
+def _capitalised(word: str) -> bool:
+    return word[:1] != word[:1].lower()
+
+
+def _commonest(forms: Counter) -> tuple[str, int]:
+    """The most frequent form and its count; ties go to the form that sorts first, so the same
+    text gives the same recaser."""
+    return min(forms.items(), key=lambda form_count: (-form_count[1], form_count[0]))
+
+
 def _tf_title(words):
     """:func:`_title` of each string of ``words`` (``tf.string``), in a graph."""
     import tensorflow as tf
@@ -103,7 +113,7 @@ class Recaser:
         for k in range(1, len(lower) - self.min_head + 1):  # longest known ending first
             head = self.words.get(lower[k:])
             if head is not None:
-                return _title(lower) if head[:1] != head[:1].lower() else lower
+                return _title(lower) if _capitalised(head) else lower
         return lower
 
     def recase(self, text: str) -> str:
@@ -217,7 +227,7 @@ class Recaser:
                 tables = {
                     "words": table(self.words, "", tf.string),
                     "after": table(self.after, "", tf.string),
-                    "heads": table({w: int(f[:1] != f[:1].lower()) for w, f in self.words.items()}, -1, tf.int32),
+                    "heads": table({w: int(_capitalised(f)) for w, f in self.words.items()}, -1, tf.int32),
                 }
             self._tables = tables
         return tables
@@ -240,18 +250,17 @@ class RecaserFitter:
             lower = word.lower()
             if previous is None:
                 self._sentences += 1
-                self._first_upper += word[:1] != word[:1].lower()
+                self._first_upper += _capitalised(word)
             else:
                 self._forms[lower][word] += 1
                 self._pairs[(previous, lower)][word] += 1
             previous = lower
 
     def result(self) -> Recaser:
-        # ties go to the form that sorts first, so the same text gives the same recaser
-        words = {w: min(c, key=lambda f: (-c[f], f)) for w, c in self._forms.items()}
+        words = {w: _commonest(c)[0] for w, c in self._forms.items()}
         after = {}
         for (previous, lower), c in self._pairs.items():
-            form, n = min(c.items(), key=lambda fn: (-fn[1], fn[0]))
+            form, n = _commonest(c)
             if form != words[lower] and n >= self.min_count:
                 after[f"{previous}\t{lower}"] = form
         return Recaser(words, after, capitalize_first=2 * self._first_upper > self._sentences,

@@ -391,10 +391,10 @@ def build_vocab(
     # a lowercasing vocabulary carries a recaser of the (cased) target side: the second half
     # of the sentences read, sources first
     recaser = RecaserFitter() if lowercase else None
-    indices = iter(selected.tolist()) if selected is not None else itertools.count()
+    chosen = None if selected is None else selected.tolist()
 
     def sentences():
-        chosen = None if selected is None else selected.tolist()
+        indices = itertools.count() if chosen is None else chosen
         for index, text in zip(indices, sources.iter_training_sentences(cfg, chosen)):
             text = text.strip()
             if text:

@@ -65,3 +65,39 @@ def test_evaluate_errors(assets, tmp_path, capsys):
     assert "has 2 lines but --reference" in capsys.readouterr().err
     assert main(base + ["--source", str(tmp_path / "zz.txt"), "--reference", str(tmp_path / "b.txt")]) == 2
     assert "zz.txt: no such file" in capsys.readouterr().err
+
+
+def test_evaluate_bootstrap_and_baseline(assets, tmp_path, capsys):
+    """--baseline compares the model's outputs with a file's on the same resampled sets (here
+    the shuffled references, far worse): the interval and the comparison equal the library's;
+    a gzip reference is read as text."""
+    import gzip
+
+    from tf_transformer.cli import main
+    from tf_transformer.evaluation.significance import bootstrap_intervals, paired_bootstrap
+
+    sents = toy_sentences(30, seed=42)
+    (tmp_path / "src.txt").write_text("\n".join(sents) + "\n")
+    with gzip.open(tmp_path / "ref.de.gz", "wt") as f:
+        f.write("\n".join(sents) + "\n")
+    worse = sents[1:] + sents[:1]
+    (tmp_path / "base.txt").write_text("\n".join(worse) + "\n")
+    code = main(["evaluate", "--model", assets[0], "--vocab", assets[1], "--source", str(tmp_path / "src.txt"),
+                 "--reference", str(tmp_path / "ref.de.gz"), "--beam", "2", "--output", str(tmp_path / "hyp.txt"),
+                 "--baseline", str(tmp_path / "base.txt"), "--bootstrap", "200", "--json", str(tmp_path / "s.json"),
+                 "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "95% intervals from 200 bootstrap resamples" in out and "against the baseline" in out
+    hyps = (tmp_path / "hyp.txt").read_text().split("\n")[:30]
+    data = json.loads((tmp_path / "s.json").read_text())["scores"]["chrf"]
+    interval = bootstrap_intervals(hyps, sents, samples=200, metrics=["chrf"])["chrf"]
+    comparison = paired_bootstrap(worse, hyps, sents, samples=200, metrics=["chrf"])["chrf"]
+    assert data["interval"]["low"] == pytest.approx(interval.low, abs=1e-3)
+    assert data["against_baseline"]["delta"] == pytest.approx(comparison.delta, abs=1e-3) and comparison.delta > 5
+    assert data["against_baseline"]["p_value"] < 0.05 and data["against_baseline"]["file"].endswith("base.txt")
+
+    (tmp_path / "short.txt").write_text("x\n")
+    assert main(["evaluate", "--model", assets[0], "--vocab", assets[1], "--source", str(tmp_path / "src.txt"),
+                 "--reference", str(tmp_path / "ref.de.gz"), "--baseline", str(tmp_path / "short.txt")]) == 2
+    assert "short.txt has 1 lines but" in capsys.readouterr().err

@@ -101,3 +101,18 @@ def test_minutes_left_counts_every_sitting(report, tmp_path, capsys):
     assert report.minutes_left(tmp_path, 50) < 0
     assert report.main(["--run", str(tmp_path), "--minutes-left", "105"]) == 0
     assert capsys.readouterr().out.strip() == "49.900"
+
+
+def test_interval_sentence_places_the_published_figure(report, tmp_path):
+    """The report's interval line: the chosen file's bootstrap interval, and whether the
+    published figure lies in it."""
+    refs = [f"ein hund läuft durch das gras nummer {i} ." for i in range(40)]
+    hyps = [r if i % 4 else r.replace("hund", "mann") for i, r in enumerate(refs)]
+    (tmp_path / "chosen.de").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    intervals = report.test_intervals({"path": str(tmp_path / "chosen.de")}, refs, "de")
+    lc = intervals["bleu_lc_moses"]
+    assert lc.low < lc.score < lc.high and set(intervals) == {"bleu_lc_moses", "sacrebleu"}
+    text = report.interval_sentence(intervals)
+    assert f"[{lc.low:.2f}, {lc.high:.2f}]" in text
+    assert ("is inside" in text) == (lc.low <= report.PUBLISHED["bleu_lc_moses"] <= lc.high)
+    assert "is outside" in text  # these toy outputs score far above 41.02

@@ -260,6 +260,7 @@ def decode_and_score(run: Path, name: str, model_path: Path, tokenizer, splits, 
                 f"BLEU lc Moses {meta['scores']['bleu_lc_moses']:.2f} ({seconds:.0f} s)")
         if "loops" not in meta:  # cached before loops were counted
             meta["loops"] = loop_count(hyp_path.read_text(encoding="utf-8").splitlines())
+        meta["path"] = str(hyp_path)
         results[(split, beam, alpha)] = meta
     return results
 
@@ -277,6 +278,25 @@ def choose_on_val(results: dict, beams, alphas) -> tuple[str, int, float]:
     ``results``: ``{name: {(split, beam, alpha): {"scores": {...}}}}``."""
     candidates = [(name, beam, alpha) for name in results for beam in beams for alpha in alphas]
     return max(candidates, key=lambda c: results[c[0]][("val", c[1], c[2])]["scores"]["bleu_lc_moses"])
+
+
+def test_intervals(test: dict, references, lang: str) -> dict:
+    """95% bootstrap intervals (1,000 resamples of the test sentences) of the chosen row's
+    lowercased Moses-tokenized BLEU and sacreBLEU."""
+    from tf_transformer.evaluation.significance import bootstrap_intervals
+
+    hyps = Path(test["path"]).read_text(encoding="utf-8").splitlines()
+    return bootstrap_intervals(hyps, references, lang, metrics=["bleu_lc_moses", "sacrebleu"])
+
+
+def interval_sentence(intervals: dict) -> str:
+    """The intervals in words, with where the published figure falls."""
+    lc, sacre = intervals["bleu_lc_moses"], intervals["sacrebleu"]
+    published = PUBLISHED["bleu_lc_moses"]
+    where = "inside" if lc.low <= published <= lc.high else "outside"
+    return (f" The test set's own sampling error (95% bootstrap intervals, {lc.samples:,} resamples of its "
+            f"sentences, seed {lc.seed}): lowercased Moses-tokenized BLEU [{lc.low:.2f}, {lc.high:.2f}], "
+            f"sacreBLEU [{sacre.low:.2f}, {sacre.high:.2f}]; the published {published} is {where} the first.")
 
 
 def plot_curve(rows, path: Path) -> None:
@@ -364,6 +384,7 @@ def main(argv=None) -> int:
     plot_curve(rows, out_dir / "learning-curve.png")
 
     test = results[chosen[0]][("test2016", chosen[1], chosen[2])]
+    intervals = test_intervals(test, splits["test2016"][1], cfg.data.target_lang)
     last = rows[-1]
     decode_minutes = sum(r.get("eval_seconds", 0.0) for r in rows) / 60.0
     train_minutes = last["minutes"]
@@ -381,7 +402,8 @@ def main(argv=None) -> int:
               f"`{cfg.decode.stop_rule}`). "
               f"test2016: sacreBLEU **{test['scores']['sacrebleu']:.2f}**, lowercased "
               f"Moses-tokenized BLEU **{test['scores']['bleu_lc_moses']:.2f}** (published "
-              f"{PUBLISHED['name']}: {PUBLISHED['bleu_lc_moses']}), chrF2 {test['scores']['chrf']:.2f}.", ""]
+              f"{PUBLISHED['name']}: {PUBLISHED['bleu_lc_moses']}), chrF2 {test['scores']['chrf']:.2f}."
+              + interval_sentence(intervals), ""]
     lines += ["| weights | beam | alpha | val sacreBLEU | val BLEU lc Moses | val length ratio | "
               "test sacreBLEU | test BLEU lc Moses | test BLEU lc 13a | test chrF2 | test length ratio | "
               "test run-ons (>2x source words) | test loops |",
@@ -415,6 +437,7 @@ def main(argv=None) -> int:
     (out_dir / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     payload = {"run": str(run), "updates": last["step"], "train_minutes": train_minutes, "chosen": list(chosen),
                "alphas": alphas, "stop_rule": cfg.decode.stop_rule,
+               "chosen_test2016_intervals": {k: i.as_dict() for k, i in intervals.items()},
                "results": {n: {f"{s}/beam{b}/alpha{a:g}": m for (s, b, a), m in r.items()}
                            for n, r in results.items()}, "evaluations": rows}
     (out_dir / "results.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")

@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "average": ("tf_transformer.cli.train", "average the last N checkpoints into one model"),
     "translate": ("tf_transformer.cli.decode", "translate a file or stdin with beam search"),
     "evaluate": ("tf_transformer.cli.evaluate", "translate a test set and score it (sacreBLEU, chrF)"),
+    "score": ("tf_transformer.cli.score", "score translation files: intervals, paired significance tests"),
     "export": ("tf_transformer.cli.export", "export a SavedModel for TF Serving"),
     "tune": ("tf_transformer.cli.tune", "Keras Tuner search over heads, depth, d_ff, dropout"),
     "ablate": ("tf_transformer.cli.tune", "train Table 3 rows at small scale and report"),
@@ -40,7 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 #: Commands that run without TensorFlow (the others import it, quietly, before they run).
-WITHOUT_TENSORFLOW = {"config"}
+WITHOUT_TENSORFLOW = {"config", "score"}
 
 #: Commands whose process ends as soon as they have written everything (:func:`entry`).
 EXIT_AT_ONCE = {"translate", "evaluate"}

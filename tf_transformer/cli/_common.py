@@ -178,3 +178,28 @@ def resolve_run(args: argparse.Namespace, who: str, *, vocab: bool = True, confi
 
 #: The vocabulary's name in a run directory (``tft train`` copies it there).
 VOCAB_FILE = "vocab.model"
+
+
+def read_text_lines(path: str, flag: str, command: str) -> list[str]:
+    """The lines of a text file (gzip when it ends in ``.gz``), for ``flag``: a missing or
+    unreadable file is a :class:`UserError` naming the flag and the path; invalid UTF-8 is
+    replaced with U+FFFD and reported on stderr with the first bad line's number."""
+    import gzip
+
+    from tf_transformer.decoding.translator import read_lines
+
+    try:
+        with (gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")) as f:
+            lines, bad = read_lines(f.read(), path)
+    except FileNotFoundError:
+        raise UserError(f"{flag} {path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{flag} {path}: a directory, not a text file") from None
+    except (gzip.BadGzipFile, EOFError) as e:
+        raise UserError(f"{flag} {path}: not a readable gzip file ({e})") from None
+    except OSError as e:
+        raise UserError(f"{flag} {path}: cannot read it ({e.strerror})") from None
+    if bad:
+        print(f"tft {command}: warning: {len(bad)} line(s) of {path} had invalid UTF-8 (first: line {bad[0]}); "
+              "bad bytes were replaced with U+FFFD", file=sys.stderr)
+    return lines

@@ -34,22 +34,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", default=None, help="also write the hypotheses to this file (default: not written)")
     parser.add_argument("--json", default=None,
                         help="also write the scores as JSON to this file (default: not written)")
+    parser.add_argument("--bootstrap", type=int, default=0, metavar="N",
+                        help="also give each score a 95%% interval from N bootstrap resamples of the sentences "
+                             "(1000 is usual; tft score --help); 0: none")
+    parser.add_argument("--baseline", default=None,
+                        help="translations of the same sentences by a baseline system (a file): compare with it by "
+                             "paired bootstrap resampling (--bootstrap resamples, 1000 if not given; default: no "
+                             "comparison)")
 
 
 def _read(path: str, flag: str):
-    from tf_transformer.decoding.translator import read_lines
+    from tf_transformer.cli._common import read_text_lines
 
-    try:
-        with open(path, "rb") as f:
-            lines, bad = read_lines(f.read(), path)
-    except FileNotFoundError:
-        raise UserError(f"{flag} {path}: no such file") from None
-    except OSError as e:
-        raise UserError(f"{flag} {path}: cannot read it ({e.strerror})") from None
-    if bad:
-        print(f"tft evaluate: warning: {len(bad)} line(s) of {path} had invalid UTF-8 (first: line {bad[0]}); "
-              "bad bytes were replaced with U+FFFD", file=sys.stderr)
-    return lines
+    return read_text_lines(path, flag, "evaluate")
 
 
 def load_pairs(args, cfg):
@@ -84,6 +81,15 @@ def run(args: argparse.Namespace) -> int:
     sources, refs, what = load_pairs(args, cfg)  # before the model: data errors come fast
     if not sources:
         raise UserError(f"{what}: no sentences to evaluate")
+    if args.bootstrap < 0 or args.bootstrap == 1:
+        raise UserError(f"--bootstrap {args.bootstrap}: give 0 (none) or the number of resamples (>= 2; 1000 is usual)")
+    baseline = None
+    if args.baseline:
+        baseline = [b.strip() for b in _read(args.baseline, "--baseline")]
+        if len(baseline) != len(sources):
+            raise UserError(f"--baseline {args.baseline} has {len(baseline):,} lines but {what} has "
+                            f"{len(sources):,} sentences; it must translate the same sentences, line by line")
+        args.bootstrap = args.bootstrap or 1000
     cfg, decode, translator = build_translator(args)
     bar = ProgressBar(len(sources), "evaluate", enabled=not args.quiet)
     start = time.time()
@@ -105,10 +111,27 @@ def run(args: argparse.Namespace) -> int:
                   "outputs are lowercase, so the references are lowercased before scoring (the cased metrics "
                   "below are on lowercased text)", file=sys.stderr)
         refs = references_for(translator.tokenizer, refs)
-    scores = evaluate_translations(hyps, refs, lang=(cfg.data.target_lang if cfg else "de"))
+    lang = cfg.data.target_lang if cfg else "de"
+    scores = evaluate_translations(hyps, refs, lang=lang)
     print(f"# {what}: {len(sources):,} sentences, {describe(decode)}")
     for line in format_scores(scores):
         print(line)
+    intervals = comparisons = None
+    if args.bootstrap:
+        from tf_transformer.evaluation.significance import bootstrap_intervals, format_intervals
+
+        intervals = bootstrap_intervals(hyps, refs, lang, samples=args.bootstrap)
+        print(f"# 95% intervals from {args.bootstrap:,} bootstrap resamples of the sentences (seed "
+              f"{next(iter(intervals.values())).seed})")
+        for line in format_intervals(intervals):
+            print(line)
+    if baseline is not None:
+        from tf_transformer.evaluation.significance import format_comparisons, paired_bootstrap
+
+        comparisons = paired_bootstrap(baseline, hyps, refs, lang, samples=args.bootstrap)
+        print(f"# against the baseline {args.baseline} (paired bootstrap; difference = this model - baseline)")
+        for line in format_comparisons(comparisons):
+            print(line)
     wrote = []
     if args.output:
         _write(args.output, "".join(h + "\n" for h in hyps), "--output")
@@ -124,6 +147,10 @@ def run(args: argparse.Namespace) -> int:
             "scores": {k: {"name": s.name, "score": round(s.score, 4), "signature": s.signature}
                        for k, s in scores.items()},
         }
+        for k, i in (intervals or {}).items():
+            payload["scores"][k]["interval"] = i.as_dict()
+        for k, c in (comparisons or {}).items():
+            payload["scores"][k]["against_baseline"] = dict(c.as_dict(), file=args.baseline)
         _write(args.json, json.dumps(payload, indent=2) + "\n", "--json")
         wrote.append(f"scores to {args.json}")
     where = "; wrote " + " and ".join(wrote) if wrote else ""

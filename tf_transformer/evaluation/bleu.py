@@ -33,12 +33,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Optional
 
 from tf_transformer.errors import UserError
 
 __all__ = [
+    "METRICS",
+    "MetricSpec",
     "Score",
     "chrf",
     "compound_split",
@@ -107,34 +109,81 @@ def _bleu_detail(result) -> str:
            f"hyp_len={result.sys_len} ref_len={result.ref_len})"
 
 
+def _moses_lowercased(texts: Sequence[str], lang: str) -> list[str]:
+    return [t.lower() for t in moses_tokenize(texts, lang)]
+
+
+def _paper_tokenized(texts: Sequence[str], lang: str) -> list[str]:
+    return [compound_split(tokenize_13a(t)) for t in texts]
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricSpec:
+    """How one metric is computed: its label, the sacreBLEU metric that scores it, what is
+    done to both sides first (``prepare(texts, lang)``; None: nothing) and the signature
+    fields that say so (``tok``/``case`` in place of sacreBLEU's own, for text we tokenized)."""
+
+    key: str
+    name: str
+    kind: str  # "bleu" or "chrf"
+    options: tuple[tuple[str, object], ...] = ()
+    prepare: Optional[Callable[[Sequence[str], str], list[str]]] = None
+    signature_fields: Optional[Callable[[str], dict]] = None
+
+    def metric(self):
+        """A fresh sacreBLEU metric object."""
+        from sacrebleu.metrics import BLEU, CHRF
+
+        return (BLEU if self.kind == "bleu" else CHRF)(**dict(self.options))
+
+    def inputs(self, hypotheses: Sequence[str], references: Sequence[str], lang: str
+               ) -> tuple[list[str], list[str]]:
+        """Both sides as the metric reads them."""
+        if self.prepare is None:
+            return list(hypotheses), list(references)
+        return self.prepare(hypotheses, lang), self.prepare(references, lang)
+
+    def score_of(self, metric, result, lang: str) -> Score:
+        """The labelled :class:`Score` of a sacreBLEU result of :meth:`metric`."""
+        detail = _bleu_detail(result) if self.kind == "bleu" else ""
+        fields = self.signature_fields(lang) if self.signature_fields else {}
+        signature = _signature(metric, **fields) if fields else str(metric.get_signature())
+        return Score(self.name, result.score, detail, signature)
+
+    def __call__(self, hypotheses: Sequence[str], references: Sequence[str], lang: str = "de") -> Score:
+        _check(hypotheses, references)
+        hyp, ref = self.inputs(hypotheses, references, lang)
+        metric = self.metric()
+        return self.score_of(metric, metric.corpus_score(hyp, [ref]), lang)
+
+
+#: Every metric :func:`evaluate_translations` reports, in its order. The tokenized ones use
+#: ``tokenize="none", force=True``: the text is tokenized on purpose (no "forgot to
+#: detokenize" warning).
+METRICS: dict[str, MetricSpec] = {spec.key: spec for spec in (
+    MetricSpec("sacrebleu", "sacreBLEU (detok, cased)", "bleu"),
+    MetricSpec("chrf", "chrF2", "chrf"),
+    MetricSpec("bleu_lc", "BLEU lowercased (13a)", "bleu", (("lowercase", True), ("tokenize", "13a"))),
+    MetricSpec("bleu_lc_moses", "BLEU lowercased (Moses tok)", "bleu", (("tokenize", "none"), ("force", True)),
+               _moses_lowercased, lambda lang: {"tok": f"moses-{lang}", "case": "lc"}),
+    MetricSpec("bleu_paper", "BLEU tok+compound (paper)", "bleu", (("tokenize", "none"), ("force", True)),
+               _paper_tokenized, lambda lang: {"tok": "13a+compound-split(##AT##-##AT##)", "case": "mixed"}),
+)}
+
+
 def sacre_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> Score:
     """Detokenized, cased sacreBLEU with its signature."""
-    from sacrebleu.metrics import BLEU
-
-    _check(hypotheses, references)
-    metric = BLEU()
-    result = metric.corpus_score(list(hypotheses), [list(references)])
-    return Score("sacreBLEU (detok, cased)", result.score, _bleu_detail(result), str(metric.get_signature()))
+    return METRICS["sacrebleu"](hypotheses, references)
 
 
 def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> Score:
     """sacreBLEU's chrF2 with its signature."""
-    from sacrebleu.metrics import CHRF
-
-    _check(hypotheses, references)
-    metric = CHRF()
-    result = metric.corpus_score(list(hypotheses), [list(references)])
-    return Score("chrF2", result.score, "", str(metric.get_signature()))
+    return METRICS["chrf"](hypotheses, references)
 
 
 def lowercase_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> Score:
     """BLEU on lowercased text with 13a tokenization."""
-    from sacrebleu.metrics import BLEU
-
-    _check(hypotheses, references)
-    metric = BLEU(lowercase=True, tokenize="13a")
-    result = metric.corpus_score(list(hypotheses), [list(references)])
-    return Score("BLEU lowercased (13a)", result.score, _bleu_detail(result), str(metric.get_signature()))
+    return METRICS["bleu_lc"](hypotheses, references)
 
 
 def moses_tokenize(texts: Sequence[str], lang: str) -> list[str]:
@@ -149,29 +198,13 @@ def moses_tokenize(texts: Sequence[str], lang: str) -> list[str]:
 
 def moses_lowercase_bleu(hypotheses: Sequence[str], references: Sequence[str], lang: str = "de") -> Score:
     """BLEU over Moses-tokenized, lowercased text (``multi-bleu.perl -lc`` on tokenized files)."""
-    from sacrebleu.metrics import BLEU
-
-    _check(hypotheses, references)
-    hyp = [t.lower() for t in moses_tokenize(hypotheses, lang)]
-    ref = [t.lower() for t in moses_tokenize(references, lang)]
-    metric = BLEU(tokenize="none", force=True)  # tokenized on purpose: no "forgot to detokenize" warning
-    result = metric.corpus_score(hyp, [ref])
-    return Score("BLEU lowercased (Moses tok)", result.score, _bleu_detail(result),
-                 _signature(metric, tok=f"moses-{lang}", case="lc"))
+    return METRICS["bleu_lc_moses"](hypotheses, references, lang)
 
 
 def compound_split_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> Score:
     """The paper's tokenized BLEU: 13a tokenization, compound splitting, cased BLEU over
     whitespace tokens."""
-    from sacrebleu.metrics import BLEU
-
-    _check(hypotheses, references)
-    hyp = [compound_split(tokenize_13a(h)) for h in hypotheses]
-    ref = [compound_split(tokenize_13a(r)) for r in references]
-    metric = BLEU(tokenize="none", force=True)  # the input is tokenized on purpose: no warning
-    result = metric.corpus_score(hyp, [ref])
-    return Score("BLEU tok+compound (paper)", result.score, _bleu_detail(result),
-                 _signature(metric, tok="13a+compound-split(##AT##-##AT##)", case="mixed"))
+    return METRICS["bleu_paper"](hypotheses, references)
 
 
 def _signature(metric, **ours) -> str:
@@ -187,13 +220,7 @@ def evaluate_translations(hypotheses: Sequence[str], references: Sequence[str], 
                           ) -> dict[str, Score]:
     """All five metrics, keyed ``sacrebleu``, ``chrf``, ``bleu_lc``, ``bleu_lc_moses`` and
     ``bleu_paper``; ``lang`` is the target language (Moses tokenizer rules)."""
-    return {
-        "sacrebleu": sacre_bleu(hypotheses, references),
-        "chrf": chrf(hypotheses, references),
-        "bleu_lc": lowercase_bleu(hypotheses, references),
-        "bleu_lc_moses": moses_lowercase_bleu(hypotheses, references, lang),
-        "bleu_paper": compound_split_bleu(hypotheses, references),
-    }
+    return {key: spec(hypotheses, references, lang) for key, spec in METRICS.items()}
 
 
 def empty_outputs(hypotheses: Sequence[str], sources: Sequence[str], most: float = 0.5) -> Optional[str]:

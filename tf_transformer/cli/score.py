@@ -1,0 +1,151 @@
+"""``tft score``: score translation files against a reference, with bootstrap 95% intervals
+and, given a baseline, a paired significance test. No model, no TensorFlow."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+
+from tf_transformer.errors import UserError
+
+EPILOG = """\
+Every metric of tft evaluate (tft evaluate --help lists them) on each HYPOTHESES file, each
+with a 95% interval from bootstrap resampling of the test sentences (Koehn 2004): a test
+set is a sample, and on 1,000 sentences a BLEU of 40 is good to about +-1.6. With
+--baseline, each file is also compared with the baseline on the same resampled test sets
+(paired): the difference, its 95% interval, the share of resamples where the file scores
+higher, and a two-sided p-value for "no difference".
+
+examples:
+  tft score --reference data/multi30k/test2016.de.gz out.de
+  tft score --reference data/multi30k/test2016.de.gz --baseline run6.de run7.de run8.de
+  tft score --reference test.de out.de --bootstrap 0 --json scores.json   # scores only
+"""
+
+_LANG = re.compile(r"\.([a-z]{2,3})(?:\.gz)?$")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from tf_transformer.evaluation.significance import DEFAULT_SAMPLES, DEFAULT_SEED
+
+    parser.epilog = EPILOG
+    parser.add_argument("hypotheses", nargs="+", metavar="HYPOTHESES",
+                        help="translation file(s), one sentence per line, line by line with --reference (.gz read too)")
+    parser.add_argument("--reference", required=True, help="reference translations, one per line (.gz read too)")
+    parser.add_argument("--baseline", default=None,
+                        help="translations of the same sentences by a baseline system: each HYPOTHESES file is "
+                             "compared with it by paired bootstrap resampling (default: no comparison)")
+    parser.add_argument("--lang", default=None,
+                        help="target language, for the Moses tokenizer's rules (default: the reference file's "
+                             "language suffix, e.g. de for test2016.de.gz)")
+    parser.add_argument("--metrics", default=None, metavar="KEY,KEY",
+                        help="score only these (sacrebleu, chrf, bleu_lc, bleu_lc_moses, bleu_paper; "
+                             "default: all)")
+    parser.add_argument("--bootstrap", type=int, default=DEFAULT_SAMPLES, metavar="N",
+                        help="bootstrap resamples for the intervals and the paired test; 0: scores only")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                        help="seed of the resampling (default: 12345, sacreBLEU's)")
+    parser.add_argument("--json", default=None,
+                        help="also write everything as JSON to this file (default: not written)")
+
+
+def language_of(reference: str, lang: str | None) -> str:
+    """``lang``, else the language suffix of the reference file's name."""
+    if lang:
+        return lang
+    found = _LANG.search(os.path.basename(reference))
+    if not found:
+        raise UserError(f"--reference {reference}: cannot tell the target language from the file name "
+                        "(expected a suffix such as .de or .de.gz); give --lang (e.g. --lang de)")
+    return found.group(1)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tf_transformer.cli._common import read_text_lines
+    from tf_transformer.evaluation.bleu import METRICS
+    from tf_transformer.evaluation.significance import (
+        bootstrap_intervals,
+        format_comparisons,
+        format_intervals,
+        paired_bootstrap,
+    )
+
+    if args.bootstrap < 0 or args.bootstrap == 1:
+        raise UserError(f"--bootstrap {args.bootstrap}: give 0 (scores only) or the number of resamples (>= 2; "
+                        "1000 is usual)")
+    if args.baseline and args.bootstrap == 0:
+        raise UserError("--baseline needs bootstrap resamples for its paired test (drop --bootstrap 0)")
+    metrics = None
+    if args.metrics:
+        metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+        unknown = [m for m in metrics if m not in METRICS]
+        if unknown or not metrics:
+            raise UserError(f"--metrics {args.metrics}: unknown {', '.join(unknown) or 'empty list'}; "
+                            f"known: {', '.join(METRICS)}")
+    lang = language_of(args.reference, args.lang)
+    references = [r.strip() for r in read_text_lines(args.reference, "--reference", "score")]
+    if not references:
+        raise UserError(f"--reference {args.reference}: the file is empty")
+
+    def load(path: str, flag: str) -> list[str]:
+        lines = [h.strip() for h in read_text_lines(path, flag, "score")]
+        if len(lines) != len(references):
+            raise UserError(f"{flag} {path} has {len(lines):,} lines but --reference {args.reference} has "
+                            f"{len(references):,}; they must be line by line")
+        return lines
+
+    systems = {path: load(path, "HYPOTHESES") for path in args.hypotheses}
+    baseline = load(args.baseline, "--baseline") if args.baseline else None
+    keys = metrics or list(METRICS)
+    head = f"# {args.reference}: {len(references):,} sentences, target language {lang}"
+    if args.bootstrap:
+        head += (f"; 95% intervals from {args.bootstrap:,} bootstrap resamples of the sentences "
+                 f"(seed {args.seed})")
+    print(head)
+    payload: dict = {"reference": args.reference, "sentences": len(references), "lang": lang,
+                     "bootstrap": {"samples": args.bootstrap, "seed": args.seed} if args.bootstrap else None,
+                     "systems": {}}
+    signatures: dict[str, str] = {}
+    for path, hyps in systems.items():
+        scores = {k: METRICS[k](hyps, references, lang) for k in keys}
+        signatures.update({s.name: s.signature for s in scores.values()})
+        entry = {k: {"name": s.name, "score": round(s.score, 4), "detail": s.detail, "signature": s.signature}
+                 for k, s in scores.items()}
+        print(f"## {path}")
+        if args.bootstrap:
+            intervals = bootstrap_intervals(hyps, references, lang, samples=args.bootstrap, seed=args.seed,
+                                            metrics=keys)
+            for line in format_intervals(intervals):
+                print(line)
+            for k, i in intervals.items():
+                entry[k]["interval"] = i.as_dict()
+        else:
+            width = max(len(s.name) for s in scores.values())
+            for s in scores.values():
+                print(f"{s.name:<{width}} {s.score:6.2f}  {s.detail}".rstrip())
+        if baseline is not None:
+            print(f"   against the baseline {args.baseline} (paired; difference = this file - baseline):")
+            comparisons = paired_bootstrap(baseline, hyps, references, lang, samples=args.bootstrap,
+                                           seed=args.seed, metrics=keys)
+            for line in format_comparisons(comparisons):
+                print("   " + line)
+            for k, c in comparisons.items():
+                entry[k]["against_baseline"] = c.as_dict()
+        payload["systems"][path] = entry
+    if baseline is not None:
+        payload["baseline"] = args.baseline
+    print("signatures:")
+    for name, signature in signatures.items():
+        print(f"  {name}: {signature}")
+    if args.json:
+        from tf_transformer.io import atomic_write
+
+        try:
+            atomic_write(args.json, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+        except OSError as e:
+            raise UserError(f"--json {args.json}: cannot write it ({e.strerror})") from None
+        print(f"tft score: wrote {args.json}", file=sys.stderr)
+    return 0

@@ -19,10 +19,11 @@ def test_evaluate_source_reference(assets, tmp_path, capsys):
     assert code == 0, err
     lines = out.strip().split("\n")
     assert lines[0].startswith("# ") and "30 sentences" in lines[0] and "beam 2" in lines[0]
-    labels = [line.split("  ")[0].strip() for line in lines[1:]]
+    labels = [line.split("  ")[0].strip() for line in lines[1:6]]
     assert labels == ["sacreBLEU (detok, cased)", "chrF2", "BLEU lowercased (13a)", "BLEU lowercased (Moses tok)",
                       "BLEU tok+compound (paper)"]
     assert "case:mixed" in lines[1] and "version:" in lines[1]
+    assert lines[6].startswith("degenerate outputs of 30: ") and "longer than twice their source" in lines[6]
     hyps = (tmp_path / "hyp.txt").read_text().split("\n")
     assert len(hyps) == 31
     data = json.loads((tmp_path / "s.json").read_text())
@@ -32,6 +33,9 @@ def test_evaluate_source_reference(assets, tmp_path, capsys):
     assert data["scores"]["chrf"]["score"] == pytest.approx(chrf(hyps[:30], sents).score, abs=1e-3)
     assert data["scores"]["chrf"]["score"] > chrf(hyps[:30], sents[1:] + sents[:1]).score + 5
     assert "wrote hypotheses to" in err and "sacreBLEU" in err
+    from tf_transformer.evaluation.degenerate import degenerate_outputs
+
+    assert data["degenerate"] == degenerate_outputs(hyps[:30], sents).as_dict()
 
 
 def test_evaluate_split_from_config(assets, tmp_path, capsys):

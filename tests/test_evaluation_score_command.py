@@ -38,7 +38,7 @@ def test_score_with_baseline_and_json(files, capsys):
     assert "30 sentences, target language de; 95% intervals from 300 bootstrap resamples" in out
     assert "significant at 0.05" in out and "tok:moses-de" in out
     data = json.loads((files / "s.json").read_text())
-    good = data["systems"][str(files / "good.txt")]
+    good = data["systems"][str(files / "good.txt")]["scores"]
     assert good["sacrebleu"]["score"] == pytest.approx(sacre_bleu(GOOD, REFS).score, abs=1e-3)
     assert good["bleu_lc_moses"]["score"] == pytest.approx(moses_lowercase_bleu(GOOD, REFS).score, abs=1e-3)
     assert good["bleu_lc_moses"]["interval"]["low"] <= good["bleu_lc_moses"]["score"]
@@ -47,6 +47,8 @@ def test_score_with_baseline_and_json(files, capsys):
     assert got["delta"] == pytest.approx(expected.delta, abs=1e-3) and got["delta"] > 20
     assert got["p_value"] == pytest.approx(expected.p_value, abs=1e-4) and got["wins"] == 1.0
     assert data["lang"] == "de" and data["bootstrap"] == {"samples": 300, "seed": 12345}
+    assert data["systems"][str(files / "good.txt")]["degenerate"] == {
+        "run_ons": None, "run_on_lines": None, "loops": 0, "loop_lines": []}
 
 
 def test_score_does_not_load_tensorflow(files):
@@ -66,6 +68,24 @@ def test_score_without_bootstrap_and_metric_choice(files, capsys):
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "interval" not in out and "chrF2" in out and "sacreBLEU" in out and "Moses" not in out
+    assert "degenerate outputs of 30: 0 with a repetition loop" in out
+
+
+def test_score_counts_degenerate_outputs_with_sources(files, capsys):
+    sources = ["A man in an orange hat staring at something."] * 30
+    hyps = list(GOOD)
+    hyps[3] = "Ein Mann sehr sehr sehr sehr sehr sehr sehr sehr sehr sehr sehr sehr sehr sehr sehr sehr sehr sehr ."
+    hyps[7] = "Ein Mann mit einem Hut mit einem Hut mit einem Hut ."
+    (files / "src.en").write_text("\n".join(sources) + "\n")
+    (files / "loops.txt").write_text("\n".join(hyps) + "\n")
+    code = main(["score", "--reference", str(files / "test.de.gz"), "--source", str(files / "src.en"),
+                 str(files / "loops.txt"), "--bootstrap", "0", "--json", str(files / "d.json")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert ("degenerate outputs of 30: 1 longer than twice their source (line 4); "
+            "2 with a repetition loop (lines 4, 8)") in out
+    assert json.loads((files / "d.json").read_text())["systems"][str(files / "loops.txt")]["degenerate"] == {
+        "run_ons": 1, "run_on_lines": [4], "loops": 2, "loop_lines": [4, 8]}
 
 
 def test_score_errors(files, capsys):

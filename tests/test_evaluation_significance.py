@@ -152,3 +152,4 @@ def test_errors_and_lines():
     assert len(lines) == 5 and "95% interval [" in lines[0] and "50 resamples" in lines[0]
     lines = format_comparisons(paired_bootstrap(hyps, hyps, refs, samples=50))
     assert len(lines) == 5 and "p=1.000: not significant at 0.05" in lines[0]
+

@@ -80,7 +80,9 @@ def parse_args(argv=None):
 
 def run_on_count(sources, hypotheses) -> int:
     """Outputs with more than twice as many words as their source (degenerate run-ons)."""
-    return sum(1 for s, h in zip(sources, hypotheses) if len(h.split()) > 2 * max(1, len(s.split())))
+    from tf_transformer.evaluation.degenerate import run_on_lines
+
+    return len(run_on_lines(sources, hypotheses))
 
 
 def minutes_left(run, budget: float) -> float:
@@ -93,23 +95,11 @@ def minutes_left(run, budget: float) -> float:
     return float(budget) - (float(rows[-1].get("minutes", 0.0)) if rows else 0.0)
 
 
-def has_loop(text: str) -> bool:
-    """A repetition loop: a word or two-word group three times in a row, or a group of 3-6
-    words twice in a row ("sehr sehr sehr", "zu sein scheint, was sie zu sein scheint, was sie"),
-    on words without punctuation, case-insensitive. None of Multi30k's 31,014 German
-    sentences (train, val, test2016) has one."""
-    words = re.findall(r"\w+", text.lower())
-    for n in range(1, 7):
-        copies = 3 if n <= 2 else 2
-        for i in range(len(words) - copies * n + 1):
-            if all(words[i:i + n] == words[i + k * n:i + (k + 1) * n] for k in range(1, copies)):
-                return True
-    return False
-
-
 def loop_count(hypotheses) -> int:
-    """Outputs with a repetition loop (:func:`has_loop`), whatever their length."""
-    return sum(1 for h in hypotheses if has_loop(h))
+    """Outputs with a repetition loop (:func:`tf_transformer.evaluation.degenerate.has_loop`)."""
+    from tf_transformer.evaluation.degenerate import loop_lines
+
+    return len(loop_lines(hypotheses))
 
 
 def fingerprint(path: Path) -> str:

@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from tf_transformer.cli.decode import build_translator, decode_settings, describe
     from tf_transformer.decoding.translator import ProgressBar
     from tf_transformer.evaluation.bleu import empty_outputs, evaluate_translations, format_scores, references_for
+    from tf_transformer.evaluation.degenerate import degenerate_outputs
 
     cfg, _ = decode_settings(args)
     sources, refs, what = load_pairs(args, cfg)  # before the model: data errors come fast
@@ -113,9 +114,11 @@ def run(args: argparse.Namespace) -> int:
         refs = references_for(translator.tokenizer, refs)
     lang = cfg.data.target_lang if cfg else "de"
     scores = evaluate_translations(hyps, refs, lang=lang)
+    degenerate = degenerate_outputs(hyps, sources)
     print(f"# {what}: {len(sources):,} sentences, {describe(decode)}")
     for line in format_scores(scores):
         print(line)
+    print(degenerate.line())
     intervals = comparisons = None
     if args.bootstrap:
         from tf_transformer.evaluation.significance import bootstrap_intervals, format_intervals
@@ -144,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
                        "max_extra_length": decode.max_extra_length, "stop_rule": decode.stop_rule},
             "model": args.model,
             "seconds": round(seconds, 2),
+            "degenerate": degenerate.as_dict(),
             "scores": {k: {"name": s.name, "score": round(s.score, 4), "signature": s.signature}
                        for k, s in scores.items()},
         }

@@ -12,8 +12,9 @@ import sys
 from tf_transformer.errors import UserError
 
 EPILOG = """\
-Every metric of tft evaluate (tft evaluate --help lists them) on each HYPOTHESES file, each
-with a 95% interval from bootstrap resampling of the test sentences (Koehn 2004): a test
+Every metric of tft evaluate (tft evaluate --help lists them) on each HYPOTHESES file, and
+its degenerate outputs (repetition loops; with --source, outputs over twice their source's
+length), each metric with a 95% interval from bootstrap resampling of the test sentences (Koehn 2004): a test
 set is a sample, and on 1,000 sentences a BLEU of 40 is good to about +-1.6. With
 --baseline, each file is also compared with the baseline on the same resampled test sets
 (paired): the difference, its 95% interval, the share of resamples where the file scores
@@ -38,6 +39,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", default=None,
                         help="translations of the same sentences by a baseline system: each HYPOTHESES file is "
                              "compared with it by paired bootstrap resampling (default: no comparison)")
+    parser.add_argument("--source", default=None,
+                        help="the source sentences, line by line: also count outputs longer than twice their "
+                             "source (default: only repetition loops are counted)")
     parser.add_argument("--lang", default=None,
                         help="target language, for the Moses tokenizer's rules (default: the reference file's "
                              "language suffix, e.g. de for test2016.de.gz)")
@@ -66,6 +70,7 @@ def language_of(reference: str, lang: str | None) -> str:
 def run(args: argparse.Namespace) -> int:
     from tf_transformer.cli._common import read_text_lines
     from tf_transformer.evaluation.bleu import METRICS
+    from tf_transformer.evaluation.degenerate import degenerate_outputs
     from tf_transformer.evaluation.significance import (
         bootstrap_intervals,
         format_comparisons,
@@ -98,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         return lines
 
     systems = {path: load(path, "HYPOTHESES") for path in args.hypotheses}
+    sources = load(args.source, "--source") if args.source else None
     baseline = load(args.baseline, "--baseline") if args.baseline else None
     keys = metrics or list(METRICS)
     head = f"# {args.reference}: {len(references):,} sentences, target language {lang}"
@@ -112,20 +118,23 @@ def run(args: argparse.Namespace) -> int:
     for path, hyps in systems.items():
         scores = {k: METRICS[k](hyps, references, lang) for k in keys}
         signatures.update({s.name: s.signature for s in scores.values()})
-        entry = {k: {"name": s.name, "score": round(s.score, 4), "detail": s.detail, "signature": s.signature}
-                 for k, s in scores.items()}
+        entry: dict = {"scores": {k: {"name": s.name, "score": round(s.score, 4), "detail": s.detail,
+                                      "signature": s.signature} for k, s in scores.items()}}
         print(f"## {path}")
+        degenerate = degenerate_outputs(hyps, sources)
+        entry["degenerate"] = degenerate.as_dict()
         if args.bootstrap:
             intervals = bootstrap_intervals(hyps, references, lang, samples=args.bootstrap, seed=args.seed,
                                             metrics=keys)
             for line in format_intervals(intervals):
                 print(line)
             for k, i in intervals.items():
-                entry[k]["interval"] = i.as_dict()
+                entry["scores"][k]["interval"] = i.as_dict()
         else:
             width = max(len(s.name) for s in scores.values())
             for s in scores.values():
                 print(f"{s.name:<{width}} {s.score:6.2f}  {s.detail}".rstrip())
+        print(degenerate.line())
         if baseline is not None:
             print(f"   against the baseline {args.baseline} (paired; difference = this file - baseline):")
             comparisons = paired_bootstrap(baseline, hyps, references, lang, samples=args.bootstrap,
@@ -133,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
             for line in format_comparisons(comparisons):
                 print("   " + line)
             for k, c in comparisons.items():
-                entry[k]["against_baseline"] = c.as_dict()
+                entry["scores"][k]["against_baseline"] = c.as_dict()
         payload["systems"][path] = entry
     if baseline is not None:
         payload["baseline"] = args.baseline

@@ -1,4 +1,5 @@
-"""``tft evaluate``: translate a test set and score it with every metric, each labelled."""
+"""``tft evaluate``: translate a test set and score it with every metric, each labelled; count
+degenerate outputs; optionally bootstrap intervals and a paired test against a baseline."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ metrics:
   BLEU lowercased (13a)      lowercased BLEU with sacreBLEU's 13a tokenizer
   BLEU lowercased (Moses tok) Moses-tokenized, lowercased (multi-bleu -lc): compare with Multi30k papers
   BLEU tok+compound (paper)  tokenized, ##AT##-##AT## compound splitting, cased (the paper's style)
+then the degenerate outputs: how many are over twice their source's words, how many loop
+("sehr sehr sehr"), with line numbers. --bootstrap N adds a 95% interval to every metric
+(bootstrap resampling of the sentences); --baseline FILE compares with another system's
+translations of the same sentences (paired bootstrap: difference, interval, p-value).
+tft score does all of this for translation files, without a model.
 """
 
 

@@ -186,10 +186,11 @@ def read_text_lines(path: str, flag: str, command: str) -> list[str]:
     replaced with U+FFFD and reported on stderr with the first bad line's number."""
     import gzip
 
+    from tf_transformer.data.sources import open_binary
     from tf_transformer.decoding.translator import read_lines
 
     try:
-        with (gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")) as f:
+        with open_binary(path) as f:
             lines, bad = read_lines(f.read(), path)
     except FileNotFoundError:
         raise UserError(f"{flag} {path}: no such file") from None

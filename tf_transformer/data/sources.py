@@ -162,7 +162,8 @@ def split_files(config, split: str) -> tuple[Path, Path]:
     return pairs[0]
 
 
-def _open_binary(path: Path):
+def open_binary(path: Path):
+    """``path`` opened for reading bytes, through gzip when its name ends in ``.gz``."""
     return gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
 
 
@@ -226,7 +227,7 @@ def scan_text_file(path, invalid_utf8: str = "error", cache_dir=None) -> FileSca
         return bad
 
     try:
-        with _open_binary(path) as f:
+        with open_binary(path) as f:
             rest = b""
             while True:
                 block = f.read(_BLOCK)
@@ -468,7 +469,7 @@ def _decode(raw: bytes, mode: str, where) -> str:
 
 
 def _iter_lines(path: Path, mode: str) -> Iterator[str]:
-    with _open_binary(path) as f:
+    with open_binary(path) as f:
         for i, raw in enumerate(f):
             if raw.endswith(b"\n"):
                 raw = raw[:-1]

@@ -1,5 +1,7 @@
 """Config loading and validation: every error names the field."""
 
+import re
+
 import pytest
 
 from tf_transformer.config import ConfigError, list_presets, load_config
@@ -62,6 +64,26 @@ def test_validation_errors_name_the_field(override, message):
 def test_explicit_key_dim_allows_indivisible_d_model():
     cfg = load_config("base", ["model.d_model=500", "model.key_dim=50", "model.value_dim=50"])
     assert cfg.model.resolved().key_dim == 50
+
+
+def test_exponent_notation_without_a_dot_is_a_number(tmp_path):
+    # PyYAML (YAML 1.1) reads "1e-5" as a string; the config reads it as the number it is,
+    # in overrides and in files alike, and still rejects text that is not a number.
+    cfg = load_config("base", ["model.layer_norm_epsilon=1e-5", "train.adam_epsilon=1E-8",
+                               "train.warmup_steps=4e3", "train.learning_rate_scale=+2.5e0"])
+    assert cfg.model.layer_norm_epsilon == 1e-5 and isinstance(cfg.model.layer_norm_epsilon, float)
+    assert cfg.train.adam_epsilon == 1e-8
+    assert cfg.train.warmup_steps == 4000 and isinstance(cfg.train.warmup_steps, int)
+    assert cfg.train.learning_rate_scale == 2.5
+    path = tmp_path / "c.yaml"
+    path.write_text("extends: base\ntrain:\n  adam_epsilon: 1e-9\n  label_smoothing: .1e0\n")
+    cfg = load_config(path)
+    assert (cfg.train.adam_epsilon, cfg.train.label_smoothing) == (1e-9, 0.1)
+    for bad, message in [("train.adam_epsilon=1e", "train.adam_epsilon='1e' must be a number"),
+                         ("train.warmup_steps=4.5e0", "train.warmup_steps=4.5 must be an integer"),
+                         ("train.adam_epsilon=e-5", "train.adam_epsilon='e-5' must be a number")]:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_config("base", [bad])
 
 
 def test_missing_vocab_is_reported(tmp_path):

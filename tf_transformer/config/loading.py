@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union, get_args, get_origin, get_type_hints
@@ -103,6 +104,17 @@ def _load_raw(path: Path, seen: tuple = ()) -> dict:
     return raw
 
 
+#: Exponent notation without a dot (``1e-5``, ``8E3``): YAML 1.1, which PyYAML follows, reads it as
+#: a string, although YAML 1.2 and every user read a number.
+_EXPONENT_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)[eE][+-]?\d+")
+
+
+def _number_from_text(value: Any) -> Any:
+    if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value.strip()):
+        return float(value)
+    return value
+
+
 def _coerce(where: str, value: Any, annotation: Any) -> Any:
     origin = get_origin(annotation)
     if origin is Union:
@@ -130,10 +142,12 @@ def _coerce(where: str, value: Any, annotation: Any) -> Any:
             return value
         raise ConfigError(f"{where}={value!r} must be true or false")
     if annotation is int:
+        value = _number_from_text(value)
         if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
             raise ConfigError(f"{where}={value!r} must be an integer")
         return int(value)
     if annotation is float:
+        value = _number_from_text(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}={value!r} must be a number")
         if math.isnan(value):

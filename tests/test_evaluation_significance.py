@@ -1,6 +1,7 @@
 """Bootstrap intervals and paired tests: against a from-scratch NumPy/Counter reference with
 the same documented draws, and the properties a resampling test must have."""
 
+import dataclasses
 import math
 from collections import Counter
 
@@ -12,6 +13,7 @@ from tf_transformer.evaluation.significance import (
     bootstrap_intervals,
     format_comparisons,
     format_intervals,
+    Scorer,
     paired_bootstrap,
     resample_counts,
 )
@@ -138,6 +140,32 @@ def test_paired_p_value_against_the_reference():
     expected_p = (1 + np.sum(np.abs(d - d.mean()) >= abs(observed) - 1e-9)) / 301
     assert got.p_value == pytest.approx(expected_p)
     assert 0 < got.p_value <= 1
+
+
+def test_scorer_prepares_each_text_once_and_agrees_with_the_functions(monkeypatch):
+    from tf_transformer.evaluation import bleu
+
+    spec = bleu.METRICS["bleu_lc_moses"]
+    prepared = []
+
+    def counting(texts, lang):
+        prepared.append(tuple(texts))
+        return spec.prepare(texts, lang)
+
+    monkeypatch.setitem(bleu.METRICS, "bleu_lc_moses", dataclasses.replace(spec, prepare=counting))
+    hyps, refs = corpus(seed=5)
+    other, _ = corpus(seed=6, noise=0.6)
+    other = [o if i % 3 else h for i, (o, h) in enumerate(zip(other, hyps))]
+    scorer = Scorer(refs, "de", samples=200, seed=3, metrics=["bleu_lc_moses"])
+    base, mine = scorer.system(other), scorer.system(hyps)
+    intervals, comparison = scorer.intervals(mine), scorer.compare(base, mine)
+    assert sorted(prepared) == sorted([tuple(refs), tuple(other), tuple(hyps)])  # once each
+    assert mine["bleu_lc_moses"].score == spec(hyps, refs, "de")
+    prepared.clear()
+    assert intervals == bootstrap_intervals(hyps, refs, "de", samples=200, seed=3, metrics=["bleu_lc_moses"])
+    assert comparison == paired_bootstrap(other, hyps, refs, "de", samples=200, seed=3,
+                                          metrics=["bleu_lc_moses"])
+    assert len(prepared) == 2 + 3  # the functions prepare again: references and the systems
 
 
 def test_errors_and_lines():

@@ -119,7 +119,15 @@ def run(args: argparse.Namespace) -> int:
                   "below are on lowercased text)", file=sys.stderr)
         refs = references_for(translator.tokenizer, refs)
     lang = cfg.data.target_lang if cfg else "de"
-    scores = evaluate_translations(hyps, refs, lang=lang)
+    scorer = mine = None
+    if args.bootstrap:  # each side's text prepared once for the scores, the intervals and the comparison
+        from tf_transformer.evaluation.significance import Scorer
+
+        scorer = Scorer(refs, lang, samples=args.bootstrap)
+        mine = scorer.system(hyps)
+        scores = {k: st.score for k, st in mine.items()}
+    else:
+        scores = evaluate_translations(hyps, refs, lang=lang)
     degenerate = degenerate_outputs(hyps, sources)
     print(f"# {what}: {len(sources):,} sentences, {describe(decode)}")
     for line in format_scores(scores):
@@ -127,17 +135,17 @@ def run(args: argparse.Namespace) -> int:
     print(degenerate.line())
     intervals = comparisons = None
     if args.bootstrap:
-        from tf_transformer.evaluation.significance import bootstrap_intervals, format_intervals
+        from tf_transformer.evaluation.significance import format_intervals
 
-        intervals = bootstrap_intervals(hyps, refs, lang, samples=args.bootstrap)
+        intervals = scorer.intervals(mine)
         print(f"# 95% intervals from {args.bootstrap:,} bootstrap resamples of the sentences (seed "
               f"{next(iter(intervals.values())).seed})")
         for line in format_intervals(intervals):
             print(line)
     if baseline is not None:
-        from tf_transformer.evaluation.significance import format_comparisons, paired_bootstrap
+        from tf_transformer.evaluation.significance import format_comparisons
 
-        comparisons = paired_bootstrap(baseline, hyps, refs, lang, samples=args.bootstrap)
+        comparisons = scorer.compare(scorer.system(baseline), mine)
         print(f"# against the baseline {args.baseline} (paired bootstrap; difference = this model - baseline)")
         for line in format_comparisons(comparisons):
             print(line)

@@ -72,10 +72,10 @@ def run(args: argparse.Namespace) -> int:
     from tf_transformer.evaluation.bleu import METRICS
     from tf_transformer.evaluation.degenerate import degenerate_outputs
     from tf_transformer.evaluation.significance import (
-        bootstrap_intervals,
+        DEFAULT_SAMPLES,
+        Scorer,
         format_comparisons,
         format_intervals,
-        paired_bootstrap,
     )
 
     if args.bootstrap < 0 or args.bootstrap == 1:
@@ -115,8 +115,12 @@ def run(args: argparse.Namespace) -> int:
                      "bootstrap": {"samples": args.bootstrap, "seed": args.seed} if args.bootstrap else None,
                      "systems": {}}
     signatures: dict[str, str] = {}
+    # each file's text (and the references') prepared once for its scores, interval and comparison
+    scorer = Scorer(references, lang, samples=args.bootstrap or DEFAULT_SAMPLES, seed=args.seed, metrics=keys)
+    base_stats = scorer.system(baseline) if baseline is not None else None
     for path, hyps in systems.items():
-        scores = {k: METRICS[k](hyps, references, lang) for k in keys}
+        stats = scorer.system(hyps)
+        scores = {k: st.score for k, st in stats.items()}
         signatures.update({s.name: s.signature for s in scores.values()})
         entry: dict = {"scores": {k: {"name": s.name, "score": round(s.score, 4), "detail": s.detail,
                                       "signature": s.signature} for k, s in scores.items()}}
@@ -124,8 +128,7 @@ def run(args: argparse.Namespace) -> int:
         degenerate = degenerate_outputs(hyps, sources)
         entry["degenerate"] = degenerate.as_dict()
         if args.bootstrap:
-            intervals = bootstrap_intervals(hyps, references, lang, samples=args.bootstrap, seed=args.seed,
-                                            metrics=keys)
+            intervals = scorer.intervals(stats)
             for line in format_intervals(intervals):
                 print(line)
             for k, i in intervals.items():
@@ -137,8 +140,7 @@ def run(args: argparse.Namespace) -> int:
         print(degenerate.line())
         if baseline is not None:
             print(f"   against the baseline {args.baseline} (paired; difference = this file - baseline):")
-            comparisons = paired_bootstrap(baseline, hyps, references, lang, samples=args.bootstrap,
-                                           seed=args.seed, metrics=keys)
+            comparisons = scorer.compare(base_stats, stats)
             for line in format_comparisons(comparisons):
                 print("   " + line)
             for k, c in comparisons.items():

@@ -136,12 +136,14 @@ class MetricSpec:
 
         return (BLEU if self.kind == "bleu" else CHRF)(**dict(self.options))
 
+    def prepared(self, texts: Sequence[str], lang: str) -> list[str]:
+        """One side (hypotheses or references) as the metric reads it."""
+        return list(texts) if self.prepare is None else self.prepare(texts, lang)
+
     def inputs(self, hypotheses: Sequence[str], references: Sequence[str], lang: str
                ) -> tuple[list[str], list[str]]:
         """Both sides as the metric reads them."""
-        if self.prepare is None:
-            return list(hypotheses), list(references)
-        return self.prepare(hypotheses, lang), self.prepare(references, lang)
+        return self.prepared(hypotheses, lang), self.prepared(references, lang)
 
     def score_of(self, metric, result, lang: str) -> Score:
         """The labelled :class:`Score` of a sacreBLEU result of :meth:`metric`."""

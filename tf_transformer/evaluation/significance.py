@@ -37,6 +37,7 @@ __all__ = [
     "DEFAULT_SEED",
     "Comparison",
     "Interval",
+    "Scorer",
     "bootstrap_intervals",
     "format_comparisons",
     "format_intervals",
@@ -124,13 +125,16 @@ def resample_counts(n: int, samples: int = DEFAULT_SAMPLES, seed: int = DEFAULT_
 
 class _Stats:
     """Per-sentence sufficient statistics of one metric for one system, and the corpus
-    score of any weighting of its sentences."""
+    score of any weighting of its sentences. ``prepared_references``: the references as
+    ``spec`` prepares them, when already at hand (they are the same for every system)."""
 
-    def __init__(self, spec: MetricSpec, hypotheses: Sequence[str], references: Sequence[str], lang: str):
+    def __init__(self, spec: MetricSpec, hypotheses: Sequence[str], references: Sequence[str], lang: str,
+                 prepared_references: Optional[list[str]] = None):
         import numpy as np
 
         self.spec = spec
-        hyp, ref = spec.inputs(hypotheses, references, lang)
+        hyp = spec.prepared(hypotheses, lang)
+        ref = spec.prepared(references, lang) if prepared_references is None else prepared_references
         self.metric = spec.metric()
         self.result = self.metric.corpus_score(hyp, [ref])
         self.score: Score = spec.score_of(self.metric, self.result, lang)
@@ -157,47 +161,90 @@ def _specs(metrics: Optional[Iterable[str]]) -> list[MetricSpec]:
     return [METRICS[k] for k in keys]
 
 
+class Scorer:
+    """Scores many systems against one reference, each system's text prepared (e.g. Moses-
+    tokenized, the slow part) once for its scores, its intervals and all its comparisons,
+    and the references once for all systems. Every resample draws the same sentences
+    (:func:`resample_counts` with ``samples`` and ``seed``), so any two systems scored here
+    are paired.
+
+    >>> scorer = Scorer(references, "de", samples=1000)           # doctest: +SKIP
+    >>> base, mine = scorer.system(baseline_lines), scorer.system(lines)
+    >>> scorer.intervals(mine)["bleu_lc_moses"], scorer.compare(base, mine)
+    """
+
+    def __init__(self, references: Sequence[str], lang: str = "de", *, samples: int = DEFAULT_SAMPLES,
+                 seed: int = DEFAULT_SEED, metrics: Optional[Iterable[str]] = None):
+        if not references:
+            raise UserError("no reference sentences to score against")
+        self.references = list(references)
+        self.lang = lang
+        self.samples, self.seed = samples, seed
+        self.specs = _specs(metrics)
+        self._prepared = {spec.key: spec.prepared(self.references, lang) for spec in self.specs}
+        self._counts = None
+
+    @property
+    def counts(self):
+        """The ``[samples, n]`` resample counts, drawn on first use."""
+        if self._counts is None:
+            self._counts = resample_counts(len(self.references), self.samples, self.seed)
+        return self._counts
+
+    def system(self, hypotheses: Sequence[str]) -> dict[str, _Stats]:
+        """One system's statistics for each metric; ``[key].score`` is its :class:`Score`."""
+        _check(hypotheses, self.references)
+        return {spec.key: _Stats(spec, hypotheses, self.references, self.lang, self._prepared[spec.key])
+                for spec in self.specs}
+
+    def intervals(self, stats: dict[str, _Stats]) -> dict[str, Interval]:
+        """95% bootstrap interval of each metric of one system (:meth:`system`)."""
+        import numpy as np
+
+        out = {}
+        for key, st in stats.items():
+            scores = st.resampled(self.counts)
+            low, high = np.percentile(scores, [2.5, 97.5])
+            out[key] = Interval(key, st.spec.name, st.result.score, float(low), float(high),
+                                float(scores.mean()), self.samples, self.seed)
+        return out
+
+    def compare(self, base: dict[str, _Stats], mine: dict[str, _Stats]) -> dict[str, Comparison]:
+        """System ``mine`` against ``base`` on the same resampled test sets, on each metric."""
+        import numpy as np
+
+        out = {}
+        for key, st in mine.items():
+            diffs = st.resampled(self.counts) - base[key].resampled(self.counts)
+            observed = st.result.score - base[key].result.score
+            low, high = np.percentile(diffs, [2.5, 97.5])
+            extreme = np.abs(diffs - diffs.mean()) >= abs(observed) - 1e-9
+            out[key] = Comparison(
+                key, st.spec.name, base[key].result.score, st.result.score, observed, float(low), float(high),
+                float(np.mean(diffs > 0)), float((1 + extreme.sum()) / (self.samples + 1)), self.samples,
+                self.seed)
+        return out
+
+
 def bootstrap_intervals(hypotheses: Sequence[str], references: Sequence[str], lang: str = "de", *,
                         samples: int = DEFAULT_SAMPLES, seed: int = DEFAULT_SEED,
                         metrics: Optional[Iterable[str]] = None) -> dict[str, Interval]:
     """95% bootstrap interval of each metric (all of :data:`METRICS` unless ``metrics``)."""
-    import numpy as np
-
     _check(hypotheses, references)
-    counts = resample_counts(len(hypotheses), samples, seed)
-    out = {}
-    for spec in _specs(metrics):
-        stats = _Stats(spec, hypotheses, references, lang)
-        scores = stats.resampled(counts)
-        low, high = np.percentile(scores, [2.5, 97.5])
-        out[spec.key] = Interval(spec.key, spec.name, stats.result.score, float(low), float(high),
-                                 float(scores.mean()), samples, seed)
-    return out
+    scorer = Scorer(references, lang, samples=samples, seed=seed, metrics=metrics)
+    return scorer.intervals(scorer.system(hypotheses))
 
 
 def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], references: Sequence[str], lang: str = "de",
                      *, samples: int = DEFAULT_SAMPLES, seed: int = DEFAULT_SEED,
                      metrics: Optional[Iterable[str]] = None) -> dict[str, Comparison]:
     """``system`` against ``baseline`` (translations of the same sentences) on each metric."""
-    import numpy as np
-
     _check(baseline, references)
     if len(system) != len(baseline):
         raise UserError(f"the system has {len(system):,} translations but the baseline {len(baseline):,}: "
                         "a paired test needs translations of the same sentences")
-    counts = resample_counts(len(references), samples, seed)
-    out = {}
-    for spec in _specs(metrics):
-        base = _Stats(spec, baseline, references, lang)
-        mine = _Stats(spec, system, references, lang)
-        diffs = mine.resampled(counts) - base.resampled(counts)
-        observed = mine.result.score - base.result.score
-        low, high = np.percentile(diffs, [2.5, 97.5])
-        extreme = np.abs(diffs - diffs.mean()) >= abs(observed) - 1e-9
-        out[spec.key] = Comparison(
-            spec.key, spec.name, base.result.score, mine.result.score, observed, float(low), float(high),
-            float(np.mean(diffs > 0)), float((1 + extreme.sum()) / (samples + 1)), samples, seed)
-    return out
+    scorer = Scorer(references, lang, samples=samples, seed=seed, metrics=metrics)
+    return scorer.compare(scorer.system(baseline), scorer.system(system))
 
 
 def format_intervals(intervals: dict[str, Interval]) -> list[str]:

@@ -10,10 +10,10 @@ import pytest
 
 from tf_transformer.errors import UserError
 from tf_transformer.evaluation.significance import (
+    Scorer,
     bootstrap_intervals,
     format_comparisons,
     format_intervals,
-    Scorer,
     paired_bootstrap,
     resample_counts,
 )

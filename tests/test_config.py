@@ -79,7 +79,14 @@ def test_exponent_notation_without_a_dot_is_a_number(tmp_path):
     path.write_text("extends: base\ntrain:\n  adam_epsilon: 1e-9\n  label_smoothing: .1e0\n")
     cfg = load_config(path)
     assert (cfg.train.adam_epsilon, cfg.train.label_smoothing) == (1e-9, 0.1)
-    for bad, message in [("train.adam_epsilon=1e", "train.adam_epsilon='1e' must be a number"),
+    # YAML 1.1's other surprise: "no" (Norwegian) is false there; here only true/false are booleans
+    cfg = load_config("base", ["data.source_lang=en", "data.target_lang=no"])
+    assert cfg.data.target_lang == "no"
+    path.write_text("extends: base\ndata:\n  source_lang: no\n  target_lang: on\nmodel:\n  attention_bias: true\n")
+    cfg = load_config(path)
+    assert (cfg.data.source_lang, cfg.data.target_lang, cfg.model.attention_bias) == ("no", "on", True)
+    for bad, message in [("model.attention_bias=yes", "model.attention_bias='yes' must be true or false"),
+                         ("train.adam_epsilon=1e", "train.adam_epsilon='1e' must be a number"),
                          ("train.warmup_steps=4.5e0", "train.warmup_steps=4.5 must be an integer"),
                          ("train.adam_epsilon=e-5", "train.adam_epsilon='e-5' must be a number")]:
         with pytest.raises(ConfigError, match=re.escape(message)):

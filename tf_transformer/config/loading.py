@@ -65,12 +65,41 @@ def _resolve_path(name_or_path: Union[str, os.PathLike], relative_to: Optional[P
     )
 
 
+_LOADER = None
+
+
+def yaml_load(text):
+    """YAML text (or an open file) read with YAML 1.2's rules for scalars, where PyYAML follows
+    YAML 1.1: ``no``/``yes``/``on``/``off`` stay strings (``target_lang: no`` is Norwegian, not
+    false; only ``true``/``false`` are booleans), and ``1e-5`` is a number (1.1 wants ``1.0e-5``
+    and reads ``1e-5`` as a string)."""
+    global _LOADER
+    import yaml
+
+    if _LOADER is None:
+        bool_tag, float_tag = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:float"
+
+        class Loader(yaml.SafeLoader):
+            pass
+
+        Loader.yaml_implicit_resolvers = {
+            first: [(tag, regexp) for tag, regexp in resolvers if tag not in (bool_tag, float_tag)]
+            for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+        Loader.add_implicit_resolver(bool_tag, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+        Loader.add_implicit_resolver(float_tag, re.compile(
+            r"^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?"
+            r"|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
+            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), list("-+0123456789."))
+        _LOADER = Loader
+    return yaml.load(text, Loader=_LOADER)  # noqa: S506 (a SafeLoader subclass)
+
+
 def _read_yaml(path: Path) -> dict:
     import yaml
 
     try:
         with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            data = yaml_load(f)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     except UnicodeDecodeError as e:
@@ -104,17 +133,6 @@ def _load_raw(path: Path, seen: tuple = ()) -> dict:
     return raw
 
 
-#: Exponent notation without a dot (``1e-5``, ``8E3``): YAML 1.1, which PyYAML follows, reads it as
-#: a string, although YAML 1.2 and every user read a number.
-_EXPONENT_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)[eE][+-]?\d+")
-
-
-def _number_from_text(value: Any) -> Any:
-    if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value.strip()):
-        return float(value)
-    return value
-
-
 def _coerce(where: str, value: Any, annotation: Any) -> Any:
     origin = get_origin(annotation)
     if origin is Union:
@@ -142,12 +160,10 @@ def _coerce(where: str, value: Any, annotation: Any) -> Any:
             return value
         raise ConfigError(f"{where}={value!r} must be true or false")
     if annotation is int:
-        value = _number_from_text(value)
         if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
             raise ConfigError(f"{where}={value!r} must be an integer")
         return int(value)
     if annotation is float:
-        value = _number_from_text(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}={value!r} must be a number")
         if math.isnan(value):
@@ -211,7 +227,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     if key.count(".") != 1:
         raise ConfigError(f"override {text!r}: the key must be section.field, e.g. model.d_model")
     try:
-        parsed = yaml.safe_load(value) if value.strip() else None
+        parsed = yaml_load(value) if value.strip() else None
     except yaml.YAMLError:
         parsed = value
     return key, parsed

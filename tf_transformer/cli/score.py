@@ -71,12 +71,7 @@ def run(args: argparse.Namespace) -> int:
     from tf_transformer.cli._common import read_text_lines
     from tf_transformer.evaluation.bleu import METRICS
     from tf_transformer.evaluation.degenerate import degenerate_outputs
-    from tf_transformer.evaluation.significance import (
-        DEFAULT_SAMPLES,
-        Scorer,
-        format_comparisons,
-        format_intervals,
-    )
+    from tf_transformer.evaluation.significance import Scorer, format_comparisons, format_intervals
 
     if args.bootstrap < 0 or args.bootstrap == 1:
         raise UserError(f"--bootstrap {args.bootstrap}: give 0 (scores only) or the number of resamples (>= 2; "
@@ -116,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
                      "systems": {}}
     signatures: dict[str, str] = {}
     # each file's text (and the references') prepared once for its scores, interval and comparison
-    scorer = Scorer(references, lang, samples=args.bootstrap or DEFAULT_SAMPLES, seed=args.seed, metrics=keys)
+    scorer = Scorer(references, lang, samples=args.bootstrap, seed=args.seed, metrics=keys)
     base_stats = scorer.system(baseline) if baseline is not None else None
     for path, hyps in systems.items():
         stats = scorer.system(hyps)

@@ -125,16 +125,14 @@ def resample_counts(n: int, samples: int = DEFAULT_SAMPLES, seed: int = DEFAULT_
 
 class _Stats:
     """Per-sentence sufficient statistics of one metric for one system, and the corpus
-    score of any weighting of its sentences. ``prepared_references``: the references as
-    ``spec`` prepares them, when already at hand (they are the same for every system)."""
+    score of any weighting of its sentences. ``references``: as ``spec`` prepares them
+    (:meth:`MetricSpec.prepared`; the same for every system, so prepared once)."""
 
-    def __init__(self, spec: MetricSpec, hypotheses: Sequence[str], references: Sequence[str], lang: str,
-                 prepared_references: Optional[list[str]] = None):
+    def __init__(self, spec: MetricSpec, hypotheses: Sequence[str], references: list[str], lang: str):
         import numpy as np
 
         self.spec = spec
-        hyp = spec.prepared(hypotheses, lang)
-        ref = spec.prepared(references, lang) if prepared_references is None else prepared_references
+        hyp, ref = spec.prepared(hypotheses, lang), references
         self.metric = spec.metric()
         self.result = self.metric.corpus_score(hyp, [ref])
         self.score: Score = spec.score_of(self.metric, self.result, lang)
@@ -194,7 +192,7 @@ class Scorer:
     def system(self, hypotheses: Sequence[str]) -> dict[str, _Stats]:
         """One system's statistics for each metric; ``[key].score`` is its :class:`Score`."""
         _check(hypotheses, self.references)
-        return {spec.key: _Stats(spec, hypotheses, self.references, self.lang, self._prepared[spec.key])
+        return {spec.key: _Stats(spec, hypotheses, self._prepared[spec.key], self.lang)
                 for spec in self.specs}
 
     def intervals(self, stats: dict[str, _Stats]) -> dict[str, Interval]:

@@ -143,6 +143,7 @@ class TransformerHyperModel(kt.HyperModel):
         self.tokenizer = tokenizer
         self.vocab_dir = Path(vocab_dir) if vocab_dir is not None else Path(self.config.train.model_dir)
         self.steps_per_epoch = steps_per_epoch
+        self._validation_steps: dict = {}  # (data section, replicas) -> validation steps
         self.max_minutes = max_minutes if max_minutes is not None else self.config.train.max_minutes
         self.objective = objective
         self.bleu = bool(bleu) or objective == "val_bleu"
@@ -213,6 +214,25 @@ class TransformerHyperModel(kt.HyperModel):
 
         return distribute(strategy, train_fn), distribute(strategy, valid_fn)
 
+    def validation_steps_for(self, cfg: Config, strategy) -> int:
+        """Steps that cover the config's validation set once on ``strategy``: counted once per
+        data section and replica count (trials that change only the model share it), so that
+        Keras knows the validation length and prints no "ran out of data" after every epoch."""
+        from tf_transformer import data as data_api
+        from tf_transformer.training.strategy import steps_per_replica
+
+        replicas = strategy.num_replicas_in_sync
+        key = (repr(cfg.data), replicas)
+        if key not in self._validation_steps:
+            tokenizer = data_api.Tokenizer(self.prepare().model_proto)
+
+            def valid_fn(context):
+                return data_api.make_dataset(cfg.data, "valid", tokenizer, training=False, input_context=context,
+                                             verbose=False)
+
+            self._validation_steps[key] = steps_per_replica(valid_fn, replicas)
+        return self._validation_steps[key]
+
     def fit(self, hp, model, *args, validation_data=None, epochs=None, steps_per_epoch=None, callbacks=None,
             initial_epoch: int = 0, validation_steps=None, verbose=None, **kwargs):
         """Train ``model`` (from :meth:`build`) for this trial; returns the metrics dict
@@ -228,12 +248,15 @@ class TransformerHyperModel(kt.HyperModel):
             epochs = max(1, math.ceil(cfg.train.train_steps / steps_per_epoch))
         x = args[0] if args else kwargs.pop("x", None)
         kwargs.pop("y", None)
+        own_validation = validation_data is None
         if x is None or validation_data is None:
             train_ds, valid_ds = self.datasets(cfg, model.distribute_strategy)
             x = train_ds if x is None else x
             validation_data = valid_ds if validation_data is None else validation_data
         if validation_steps is None:
             validation_steps = cfg.train.validation_steps
+        if validation_steps is None and own_validation:
+            validation_steps = self.validation_steps_for(cfg, model.distribute_strategy)
         callbacks = list(callbacks or [])
         # the token-budget batches are shuffled by the pipeline: Keras' default shuffle=True would
         # only print that it ignores it for a tf.data.Dataset

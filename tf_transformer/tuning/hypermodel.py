@@ -195,10 +195,9 @@ class TransformerHyperModel(kt.HyperModel):
         keras.utils.set_random_seed(cfg.train.seed)
         return build_training_model(cfg)
 
-    def datasets(self, cfg: Config, strategy):
-        """``(train, valid)`` for ``model.fit`` from ``cfg.data``, split over ``strategy``'s replicas."""
+    def _dataset_fns(self, cfg: Config):
+        """``(train_fn, valid_fn)``: per-input-context dataset functions over ``cfg.data``."""
         from tf_transformer import data as data_api
-        from tf_transformer.training.strategy import distribute
 
         # A fresh in-graph tokenizer per trial: Keras Tuner clears the Keras session before each
         # build, which invalidates the SentencePiece resource an earlier dataset created.
@@ -212,24 +211,25 @@ class TransformerHyperModel(kt.HyperModel):
             return data_api.make_dataset(cfg.data, "valid", tokenizer, training=False, input_context=context,
                                          verbose=False)
 
+        return train_fn, valid_fn
+
+    def datasets(self, cfg: Config, strategy):
+        """``(train, valid)`` for ``model.fit`` from ``cfg.data``, split over ``strategy``'s replicas."""
+        from tf_transformer.training.strategy import distribute
+
+        train_fn, valid_fn = self._dataset_fns(cfg)
         return distribute(strategy, train_fn), distribute(strategy, valid_fn)
 
     def validation_steps_for(self, cfg: Config, strategy) -> int:
         """Steps that cover the config's validation set once on ``strategy``: counted once per
         data section and replica count (trials that change only the model share it), so that
         Keras knows the validation length and prints no "ran out of data" after every epoch."""
-        from tf_transformer import data as data_api
         from tf_transformer.training.strategy import steps_per_replica
 
         replicas = strategy.num_replicas_in_sync
         key = (repr(cfg.data), replicas)
         if key not in self._validation_steps:
-            tokenizer = data_api.Tokenizer(self.prepare().model_proto)
-
-            def valid_fn(context):
-                return data_api.make_dataset(cfg.data, "valid", tokenizer, training=False, input_context=context,
-                                             verbose=False)
-
+            _, valid_fn = self._dataset_fns(cfg)
             self._validation_steps[key] = steps_per_replica(valid_fn, replicas)
         return self._validation_steps[key]
 

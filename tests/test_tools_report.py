@@ -118,3 +118,57 @@ def test_interval_sentence_places_the_published_figure(report, tmp_path):
     assert f"[{lc.low:.2f}, {lc.high:.2f}]" in text
     assert ("is inside" in text) == (lc.low <= report.PUBLISHED["bleu_lc_moses"] <= lc.high)
     assert "is outside" in text  # these toy outputs score far above 41.02
+
+
+def peaked(peak: float):
+    """A val score that rises with alpha up to ``peak`` and falls after it, for two weight sets."""
+    def score(name: str, alpha: float) -> float:
+        return 40.0 - abs(alpha - peak) - (0.5 if name == "final" else 0.0)
+    return score
+
+
+def grow(report, score, alphas, step=0.4, cap=3.0):
+    """``grow_alphas`` over a scripted val score; returns (grid, alphas decoded, chosen row)."""
+    names, beams = ("final", "average of last 10"), [4, 5]
+    results = {n: {} for n in names}
+    decoded = []
+
+    def decode_val(alpha):
+        decoded.append(alpha)
+        for n in names:
+            for b in beams:
+                results[n][("val", b, alpha)] = {"scores": {"bleu_lc_moses": score(n, alpha)}}
+
+    for a in alphas:
+        for n in names:
+            for b in beams:
+                results[n][("val", b, a)] = {"scores": {"bleu_lc_moses": score(n, a)}}
+    grid = report.grow_alphas(results, beams, alphas, step, cap, decode_val)
+    return grid, decoded, report.choose_on_val(results, beams, grid)
+
+
+def test_alpha_grid_grows_while_val_best_is_its_largest_alpha(report):
+    grid, decoded, chosen = grow(report, peaked(2.0), [0.6, 1.0, 1.4])
+    # 1.4 wins -> 1.8 wins -> 2.2 does not beat 1.8 (both 0.2 from the peak) -> stop
+    assert decoded == [1.8, 2.2]
+    assert grid == [0.6, 1.0, 1.4, 1.8, 2.2]
+    assert chosen == ("average of last 10", 4, 1.8)
+
+
+def test_alpha_grid_stays_when_val_best_is_inside_it(report):
+    grid, decoded, chosen = grow(report, peaked(1.0), [0.6, 1.0, 1.4])
+    assert decoded == [] and grid == [0.6, 1.0, 1.4] and chosen[2] == 1.0
+
+
+def test_alpha_grid_growth_stops_at_the_cap_and_can_be_turned_off(report):
+    grid, decoded, _ = grow(report, peaked(9.0), [0.6, 1.0, 1.4], cap=2.2)
+    assert decoded == [1.8, 2.2] and max(grid) == 2.2
+    grid, decoded, chosen = grow(report, peaked(9.0), [0.6, 1.0, 1.4], step=0)
+    assert decoded == [] and chosen[2] == 1.4
+
+
+@pytest.mark.parametrize("bad", [["--alpha-step", "-0.4"], ["--max-alpha", "-1"], ["--alpha-step", "nan"]])
+def test_bad_alpha_growth_options_are_refused_by_name(report, bad, capsys):
+    with pytest.raises(SystemExit):
+        report.parse_args(["--run", "x", *bad])
+    assert bad[0] in capsys.readouterr().err

@@ -21,7 +21,9 @@ does what is missing.
 Why alpha is chosen here: the paper's 0.6 was chosen on WMT's development set. On
 Multi30k, beam search with alpha 0.6 writes translations about 6% shorter than the val
 references (brevity penalty 0.94), so a larger alpha is worth trying; the choice among
-``--alphas`` is made on val like every other choice.
+``--alphas`` is made on val like every other choice. A grid whose largest alpha wins on
+val has not found val's best: while that is so, the grid grows by ``--alpha-step`` (0.4)
+up to ``--max-alpha`` (3.0), each new alpha decoded on val with every weight set and beam.
 
 Writes ``<run>/report/report.md``, ``results.json`` and ``learning-curve.png``
 (validation BLEU and loss against updates and against wall-clock minutes), and prints a
@@ -58,6 +60,11 @@ def parse_args(argv=None):
     ap.add_argument("--alphas", default=None,
                     help="length penalties to choose from on val, comma-separated (default: the run's "
                          "decode.alpha, 1.0 and 1.4)")
+    ap.add_argument("--alpha-step", type=float, default=0.4,
+                    help="while val's best row has the largest alpha tried, also try that alpha plus this "
+                         "(default 0.4; 0 keeps the grid as given)")
+    ap.add_argument("--max-alpha", type=float, default=3.0,
+                    help="the grid grows no further than this (default 3.0)")
     ap.add_argument("--average", default="5,10", metavar="N,N,...",
                     help="weight sets averaging the last N checkpoints, comma-separated (default 5,10); "
                          "an N beyond the checkpoints the run kept is left out")
@@ -75,7 +82,11 @@ def parse_args(argv=None):
                          "sittings left")
     ap.add_argument("--train-seconds", type=float, default=None,
                     help="wall-clock seconds of the training command (recorded in the report)")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    for option, value in (("--alpha-step", args.alpha_step), ("--max-alpha", args.max_alpha)):
+        if not value >= 0:  # also NaN
+            ap.error(f"{option} {value:g}: expected a number >= 0")
+    return args
 
 
 def run_on_count(sources, hypotheses) -> int:
@@ -195,6 +206,24 @@ def parse_alphas(text, run_alpha: float) -> list[float]:
     if text is None:
         return list(dict.fromkeys([run_alpha, *DEFAULT_EXTRA_ALPHAS]))
     return _parse_list(text, "--alphas", float, 0, "numbers", "0.6,1.0,1.4")
+
+
+def grow_alphas(results: dict, beams, alphas: list[float], step: float, cap: float, decode_val) -> list[float]:
+    """``alphas`` grown upward while val's best row (:func:`choose_on_val`) has the largest
+    alpha tried: each round adds that alpha + ``step`` (not beyond ``cap``) and calls
+    ``decode_val(alpha)``, which must add every weight set's val rows at ``alpha`` to
+    ``results``. A tie goes to the smaller alpha, so a flat top stops the growth. Returns the
+    grid (a new list, in decoding order)."""
+    alphas = list(alphas)
+    while step > 0:
+        top = max(alphas)
+        nxt = round(top + step, 6)
+        if choose_on_val(results, beams, alphas)[2] != top or nxt > cap + 1e-9:
+            break
+        say(f"val's best row has alpha {top:g}, the largest tried: trying alpha {nxt:g} too")
+        alphas.append(nxt)
+        decode_val(nxt)
+    return alphas
 
 
 def decode_and_score(run: Path, name: str, model_path: Path, tokenizer, splits, jobs, cfg):
@@ -364,6 +393,14 @@ def main(argv=None) -> int:
     val_jobs = [("val", beam, alpha) for beam in beams for alpha in alphas]
     results = {name: decode_and_score(run, name, path, tokenizer, splits, val_jobs, cfg)
                for name, path in sets.items()}
+    given = list(alphas)
+
+    def decode_val(alpha):
+        for name, path in sets.items():
+            results[name].update(decode_and_score(run, name, path, tokenizer, splits,
+                                                  [("val", beam, alpha) for beam in beams], cfg))
+
+    alphas = grow_alphas(results, beams, alphas, args.alpha_step, args.max_alpha, decode_val)
     chosen = choose_on_val(results, beams, alphas)
     # 2. test2016 at the chosen alpha (and at the run's own, for comparison)
     test_alphas = [a for a in alphas if a in (chosen[2], cfg.decode.alpha)]
@@ -388,7 +425,10 @@ def main(argv=None) -> int:
                  f"{eval_seconds / 60:.1f} min (cached parts not counted)."
                  + (f" Training command: {args.train_seconds / 60:.1f} min." if args.train_seconds else ""))
     lines += ["", f"**Chosen on val** (lowercased Moses-tokenized BLEU): {chosen[0]}, beam {chosen[1]}, "
-              f"alpha {chosen[2]:g} (from {', '.join(f'{a:g}' for a in alphas)}; beam search stop rule "
+              f"alpha {chosen[2]:g} (from {', '.join(f'{a:g}' for a in alphas)}"
+              + (f"; the grid grew past {max(given):g} while val's best had its largest alpha"
+                 if len(alphas) > len(given) else "")
+              + f"; beam search stop rule "
               f"`{cfg.decode.stop_rule}`). "
               f"test2016: sacreBLEU **{test['scores']['sacrebleu']:.2f}**, lowercased "
               f"Moses-tokenized BLEU **{test['scores']['bleu_lc_moses']:.2f}** (published "

@@ -4,7 +4,8 @@
 #   1. train `multi30k_tiny` (builds the shared 10k BPE vocabulary first), with greedy BLEU
 #      on the whole validation set every 100 updates and early stopping (patience 10);
 #   2. average the last 10 checkpoints (= the last 10 evaluation points) and the last 5;
-#   3. translate val with beam 4 and beam 5 and length penalties 0.6, 1.0 and 1.4 with the
+#   3. translate val with beam 4 and beam 5 and length penalties 0.6, 1.0 and 1.4 (then 1.8,
+#      2.2, ... up to 3.0 while val's best row has the largest alpha tried) with the
 #      final, the best-on-val and both averaged weight sets; pick the weight set, beam and
 #      alpha by val lowercased Moses-tokenized BLEU only; translate test2016 with each
 #      weight set and beam at the chosen alpha and at 0.6; score everything (sacreBLEU,

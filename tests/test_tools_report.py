@@ -133,16 +133,17 @@ def grow(report, score, alphas, step=0.4, cap=3.0):
     results = {n: {} for n in names}
     decoded = []
 
-    def decode_val(alpha):
-        decoded.append(alpha)
+    def fill(alpha):
         for n in names:
             for b in beams:
                 results[n][("val", b, alpha)] = {"scores": {"bleu_lc_moses": score(n, alpha)}}
 
+    def decode_val(alpha):
+        decoded.append(alpha)
+        fill(alpha)
+
     for a in alphas:
-        for n in names:
-            for b in beams:
-                results[n][("val", b, a)] = {"scores": {"bleu_lc_moses": score(n, a)}}
+        fill(a)
     grid = report.grow_alphas(results, beams, alphas, step, cap, decode_val)
     return grid, decoded, report.choose_on_val(results, beams, grid)
 

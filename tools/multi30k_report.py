@@ -390,16 +390,15 @@ def main(argv=None) -> int:
     started = time.time()
     sets = weight_sets(run, cfg, averages)
     # 1. the choice, on val only
-    val_jobs = [("val", beam, alpha) for beam in beams for alpha in alphas]
-    results = {name: decode_and_score(run, name, path, tokenizer, splits, val_jobs, cfg)
-               for name, path in sets.items()}
-    given = list(alphas)
+    results = {name: {} for name in sets}
 
-    def decode_val(alpha):
+    def decode_val(*val_alphas):
+        jobs = [("val", beam, alpha) for beam in beams for alpha in val_alphas]
         for name, path in sets.items():
-            results[name].update(decode_and_score(run, name, path, tokenizer, splits,
-                                                  [("val", beam, alpha) for beam in beams], cfg))
+            results[name].update(decode_and_score(run, name, path, tokenizer, splits, jobs, cfg))
 
+    decode_val(*alphas)
+    given = list(alphas)
     alphas = grow_alphas(results, beams, alphas, args.alpha_step, args.max_alpha, decode_val)
     chosen = choose_on_val(results, beams, alphas)
     # 2. test2016 at the chosen alpha (and at the run's own, for comparison)

@@ -37,7 +37,8 @@ def main(argv=None) -> int:
     parser.add_argument("--weights", default="averaged-10.keras", help="comma-separated .keras files in RUN")
     parser.add_argument("--beams", default="4,5")
     parser.add_argument("--exponents", default="0.8,1.0,1.2,1.4")
-    parser.add_argument("--max-extra-length", type=int, default=50)
+    parser.add_argument("--max-extra-length", type=int, default=None,
+                        help="default: the run's decode.max_extra_length, as the report uses")
     args = parser.parse_args(argv)
 
     import keras
@@ -53,6 +54,7 @@ def main(argv=None) -> int:
     cfg = load_config(str(args.run / "config.yaml"))
     tokenizer = Tokenizer(args.run / "vocab.model")
     sources, references = read_parallel_text(cfg.data, "valid")
+    max_extra = cfg.decode.max_extra_length if args.max_extra_length is None else args.max_extra_length
     references = references_for(tokenizer, references)
     print("weights | beam | a | val BLEU lc Moses | details | seconds")
     for weights in args.weights.split(","):
@@ -61,7 +63,7 @@ def main(argv=None) -> int:
             for a in (float(x) for x in args.exponents.split(",")):
                 start = time.time()
                 translator = Translator(model, tokenizer, beam_size=beam, alpha=a,
-                                        max_extra_length=args.max_extra_length, batch_size=128,
+                                        max_extra_length=max_extra, batch_size=cfg.decode.batch_size,
                                         stop_rule=cfg.decode.stop_rule)
                 hypotheses, _, _ = translator.translate(sources)
                 score = evaluate_translations(hypotheses, references, lang=cfg.data.target_lang)["bleu_lc_moses"]

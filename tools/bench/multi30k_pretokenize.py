@@ -30,35 +30,23 @@ SPLITS = ("train", "val", "test2016")
 LANGS = ("en", "de")
 
 
-def read_lines(path: Path) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    return lines[:-1] if lines and lines[-1] == "" else lines
-
-
 def prepare(source: Path, out: Path) -> None:
-    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+    from sacremoses import MosesPunctNormalizer
+
+    from tf_transformer.cli._common import read_text_lines
+    from tf_transformer.evaluation.bleu import moses_tokenize  # the metric's own tokenizer settings
 
     out.mkdir(parents=True, exist_ok=True)
     for lang in LANGS:
-        tokenizer, normalizer = MosesTokenizer(lang=lang), MosesPunctNormalizer(lang=lang)
-
-        def tokenize(text: str) -> str:
-            return tokenizer.tokenize(text, escape=False, return_str=True)
-
+        normalizer = MosesPunctNormalizer(lang=lang)
         for split in SPLITS:
-            path = source / f"{split}.{lang}.gz"
-            if not path.is_file():
-                sys.exit(f"multi30k_pretokenize: {path} does not exist (--source names the folder of "
-                         f"{{{','.join(SPLITS)}}}.{{{','.join(LANGS)}}}.gz)")
-            raw = read_lines(path)
+            raw = read_text_lines(str(source / f"{split}.{lang}.gz"), "--source", "multi30k_pretokenize")
             normalized = [normalizer.normalize(line) for line in raw]
-            tokenized = [tokenize(line) for line in normalized]
+            tokenized = moses_tokenize(normalized, lang)
             with gzip.open(out / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
                 f.write("".join(line + "\n" for line in tokenized))
             changed_by_norm = sum(a != b for a, b in zip(raw, normalized))
-            not_idempotent = sum(tokenize(t) != t for t in tokenized)
+            not_idempotent = sum(a != b for a, b in zip(moses_tokenize(tokenized, lang), tokenized))
             print(f"{split}.{lang}: {len(raw):,} lines; punctuation normalisation changed {changed_by_norm:,}; "
                   f"tokenizing the output again would change {not_idempotent:,}")
 
@@ -66,8 +54,10 @@ def prepare(source: Path, out: Path) -> None:
 def detok(path: Path, out: Path, lang: str) -> None:
     from sacremoses import MosesDetokenizer
 
+    from tf_transformer.cli._common import read_text_lines
+
     detokenizer = MosesDetokenizer(lang=lang)
-    lines = read_lines(path)
+    lines = read_text_lines(str(path), "input", "multi30k_pretokenize")
     out.write_text("".join(detokenizer.detokenize(line.split()) + "\n" for line in lines), encoding="utf-8")
     print(f"wrote {out}: {len(lines):,} detokenized lines ({lang})")
 
@@ -77,17 +67,23 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prepare", help="write the Moses-prepared copy of the Multi30k files")
     p.add_argument("--source", type=Path, default=ROOT / "data" / "multi30k",
-                   help="folder of the raw files (default: the bundled data/multi30k)")
+                   help="folder of the raw {train,val,test2016}.{en,de}.gz (default: the bundled data/multi30k)")
     p.add_argument("--out", type=Path, required=True, help="folder to write (data.multi30k_dir)")
     d = sub.add_parser("detok", help="Moses-detokenize a file of tokenized outputs")
     d.add_argument("input", type=Path)
     d.add_argument("output", type=Path)
     d.add_argument("--lang", default="de")
     args = parser.parse_args(argv)
-    if args.command == "prepare":
-        prepare(args.source, args.out)
-    else:
-        detok(args.input, args.output, args.lang)
+    sys.path.insert(0, str(ROOT))
+    from tf_transformer.errors import UserError
+
+    try:
+        if args.command == "prepare":
+            prepare(args.source, args.out)
+        else:
+            detok(args.input, args.output, args.lang)
+    except UserError as e:
+        sys.exit(f"multi30k_pretokenize: {e}")
     return 0
 
 

@@ -27,7 +27,8 @@ demo: $(STAMP)
 
 # Transformer-Tiny on Multi30k (Wu et al., ACL 2021): tools/reproduce_multi30k.sh; resumable
 # (run it again after an interruption). RUN, MINUTES (whole-run training budget) and SET
-# (space-separated overrides, e.g. SET="train.seed=2 data.seed=2") may be given.
+# (space-separated overrides, e.g. SET="train.seed=2 data.seed=2") may be given; BASELINE=FILE
+# (another system's test2016 output) adds a paired comparison with it to the report.
 RUN     ?= runs/multi30k_tiny
 MINUTES ?= 105
 SET     ?=

@@ -173,3 +173,48 @@ def test_bad_alpha_growth_options_are_refused_by_name(report, bad, capsys):
     with pytest.raises(SystemExit):
         report.parse_args(["--run", "x", *bad])
     assert bad[0] in capsys.readouterr().err
+
+
+def test_baseline_comparison_is_the_paired_difference(report, tmp_path):
+    """--baseline: the chosen output against another system's on the same resampled test
+    sets; the difference is the two corpus scores' difference, and a file against itself
+    differs by nothing."""
+    import sacrebleu
+
+    refs = [f"ein hund läuft durch das gras nummer {i} ." for i in range(60)]
+    mine = [r if i % 5 else r.replace("hund", "mann") for i, r in enumerate(refs)]
+    theirs = [r if i % 3 else r.replace("läuft", "springt") for i, r in enumerate(refs)]
+    (tmp_path / "chosen.de").write_text("\n".join(mine) + "\n", encoding="utf-8")
+    comparisons = report.compare_with_baseline({"path": str(tmp_path / "chosen.de")}, theirs, refs, "de")
+    sacre = comparisons["sacrebleu"]
+    expected = (sacrebleu.corpus_bleu(mine, [refs]).score - sacrebleu.corpus_bleu(theirs, [refs]).score)
+    assert sacre.delta == pytest.approx(expected, abs=1e-6) and sacre.delta > 0
+    assert sacre.low <= sacre.delta <= sacre.high
+    text = report.baseline_sentence("theirs.de", comparisons)
+    lc = comparisons["bleu_lc_moses"]
+    assert f"{lc.delta:+.2f} [{lc.low:+.2f}, {lc.high:+.2f}], p {lc.p_value:.3f}" in text
+    same = report.compare_with_baseline({"path": str(tmp_path / "chosen.de")}, mine, refs, "de")
+    assert all(c.delta == 0 and c.low == 0 == c.high for c in same.values())
+
+
+def test_baseline_file_checked_before_any_decoding(report, tmp_path):
+    """A --baseline that cannot be the test set's translation is refused by name and line
+    count; a missing one by name."""
+    from tf_transformer.errors import UserError
+
+    path = tmp_path / "base.de.gz"
+    import gzip
+
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("eins\nzwei\n")
+    assert report.read_baseline(str(path), 2) == ["eins", "zwei"]
+    with pytest.raises(UserError, match=r"base\.de\.gz has 2 lines but test2016 has 1,000 sentences"):
+        report.read_baseline(str(path), 1000)
+    with pytest.raises(UserError, match=r"--baseline .*missing\.de: no such file"):
+        report.read_baseline(str(tmp_path / "missing.de"), 2)
+
+
+def test_a_missing_run_is_one_line_not_a_traceback(report, tmp_path, capsys):
+    assert report.main(["--run", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert "config.yaml does not exist" in err and "Traceback" not in err

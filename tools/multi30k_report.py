@@ -82,6 +82,11 @@ def parse_args(argv=None):
                          "sittings left")
     ap.add_argument("--train-seconds", type=float, default=None,
                     help="wall-clock seconds of the training command (recorded in the report)")
+    ap.add_argument("--baseline", default=None, metavar="FILE",
+                    help="test2016 translations by another system, one per line (gzip when it ends in .gz; "
+                         "e.g. a kept output under tools/bench/outputs/multi30k/): the chosen row is compared "
+                         "with it by paired bootstrap resampling (1,000 resamples of the sentences) on "
+                         "lowercased Moses-tokenized BLEU and sacreBLEU, in the report and the summary line")
     args = ap.parse_args(argv)
     for option, value in (("--alpha-step", args.alpha_step), ("--max-alpha", args.max_alpha)):
         if not value >= 0:  # also NaN
@@ -318,6 +323,37 @@ def interval_sentence(intervals: dict) -> str:
             f"sacreBLEU [{sacre.low:.2f}, {sacre.high:.2f}]; the published {published} is {where} the first.")
 
 
+def read_baseline(path: str, sentences: int) -> list[str]:
+    """The --baseline file's lines, checked to translate test2016 line by line (before any
+    decoding, so a wrong file costs nothing)."""
+    from tf_transformer.cli._common import read_text_lines
+    from tf_transformer.errors import UserError
+
+    lines = [line.strip() for line in read_text_lines(path, "--baseline", "multi30k_report")]
+    if len(lines) != sentences:
+        raise UserError(f"--baseline {path} has {len(lines):,} lines but test2016 has {sentences:,} sentences; "
+                        "it must translate test2016, line by line")
+    return lines
+
+
+def compare_with_baseline(test: dict, baseline: list[str], references, lang: str) -> dict:
+    """The chosen row's test2016 output against ``baseline`` on the same resampled test sets."""
+    from tf_transformer.evaluation.significance import paired_bootstrap
+
+    hyps = Path(test["path"]).read_text(encoding="utf-8").splitlines()
+    return paired_bootstrap(baseline, hyps, references, lang, metrics=["bleu_lc_moses", "sacrebleu"])
+
+
+def baseline_sentence(path: str, comparisons: dict) -> str:
+    """The paired comparison in words."""
+    lc, sacre = comparisons["bleu_lc_moses"], comparisons["sacrebleu"]
+    return (f" Against the baseline `{path}` (paired bootstrap, {lc.samples:,} resamples, seed {lc.seed}; "
+            f"difference = this run - baseline): lowercased Moses-tokenized BLEU {lc.system:.2f} vs "
+            f"{lc.baseline:.2f}, {lc.delta:+.2f} [{lc.low:+.2f}, {lc.high:+.2f}], p {lc.p_value:.3f} "
+            f"({lc.verdict}); sacreBLEU {sacre.system:.2f} vs {sacre.baseline:.2f}, {sacre.delta:+.2f} "
+            f"[{sacre.low:+.2f}, {sacre.high:+.2f}], p {sacre.p_value:.3f} ({sacre.verdict}).")
+
+
 def plot_curve(rows, path: Path) -> None:
     import matplotlib
 
@@ -347,7 +383,17 @@ def plot_curve(rows, path: Path) -> None:
 
 
 def main(argv=None) -> int:
+    from tf_transformer.errors import UserError
+
     args = parse_args(argv)
+    try:
+        return write_report(args)
+    except UserError as e:  # a wrong file or setting: its message, no traceback
+        say(f"error: {e}")
+        return 2
+
+
+def write_report(args) -> int:
     if args.minutes_left is not None:
         print(f"{minutes_left(args.run, args.minutes_left):.3f}")
         return 0
@@ -357,10 +403,14 @@ def main(argv=None) -> int:
     from tf_transformer.config import load_config
     from tf_transformer.data import read_parallel_text
     from tf_transformer.data.tokenizer import Tokenizer
+    from tf_transformer.errors import UserError
     from tf_transformer.evaluation.bleu import references_for
     from tf_transformer.io import read_eval_log
 
     run = Path(args.run)
+    if not (run / "config.yaml").is_file():
+        raise UserError(f"--run {run}: {run / 'config.yaml'} does not exist; expected a run directory written "
+                        "by tft train")
     cfg = load_config(str(run / "config.yaml"), require_vocab=True)
     if args.stop_rule is not None:
         cfg.decode.stop_rule = args.stop_rule
@@ -385,8 +435,10 @@ def main(argv=None) -> int:
     splits = {split: (sources, references_for(tokenizer, references))
               for split, (sources, references) in (("val", read_parallel_text(cfg.data, "valid")),
                                                    ("test2016", read_parallel_text(cfg.data, "test")))}
+    baseline = read_baseline(args.baseline, len(splits["test2016"][0])) if args.baseline else None
     if args.limit:
         splits = {k: (s[: args.limit], r[: args.limit]) for k, (s, r) in splits.items()}
+        baseline = baseline[: args.limit] if baseline else None
     started = time.time()
     sets = weight_sets(run, cfg, averages)
     # 1. the choice, on val only
@@ -411,6 +463,8 @@ def main(argv=None) -> int:
 
     test = results[chosen[0]][("test2016", chosen[1], chosen[2])]
     intervals = test_intervals(test, splits["test2016"][1], cfg.data.target_lang)
+    against = (compare_with_baseline(test, baseline, splits["test2016"][1], cfg.data.target_lang)
+               if baseline else None)
     last = rows[-1]
     decode_minutes = sum(r.get("eval_seconds", 0.0) for r in rows) / 60.0
     train_minutes = last["minutes"]
@@ -432,7 +486,8 @@ def main(argv=None) -> int:
               f"test2016: sacreBLEU **{test['scores']['sacrebleu']:.2f}**, lowercased "
               f"Moses-tokenized BLEU **{test['scores']['bleu_lc_moses']:.2f}** (published "
               f"{PUBLISHED['name']}: {PUBLISHED['bleu_lc_moses']}), chrF2 {test['scores']['chrf']:.2f}."
-              + interval_sentence(intervals), ""]
+              + interval_sentence(intervals)
+              + (baseline_sentence(args.baseline, against) if against else ""), ""]
     lines += ["| weights | beam | alpha | val sacreBLEU | val BLEU lc Moses | val length ratio | "
               "test sacreBLEU | test BLEU lc Moses | test BLEU lc 13a | test chrF2 | test length ratio | "
               "test run-ons (>2x source words) | test loops |",
@@ -467,11 +522,15 @@ def main(argv=None) -> int:
     payload = {"run": str(run), "updates": last["step"], "train_minutes": train_minutes, "chosen": list(chosen),
                "alphas": alphas, "stop_rule": cfg.decode.stop_rule,
                "chosen_test2016_intervals": {k: i.as_dict() for k, i in intervals.items()},
+               "baseline": ({"path": args.baseline, "comparisons": {k: c.as_dict() for k, c in against.items()}}
+                            if against else None),
                "results": {n: {f"{s}/beam{b}/alpha{a:g}": m for (s, b, a), m in r.items()}
                            for n, r in results.items()}, "evaluations": rows}
     (out_dir / "results.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     print(f"report: {chosen[0]}, beam {chosen[1]}, alpha {chosen[2]:g} (chosen on val): test2016 sacreBLEU "
-          f"{test['scores']['sacrebleu']:.2f}, BLEU lc Moses {test['scores']['bleu_lc_moses']:.2f}; wrote "
+          f"{test['scores']['sacrebleu']:.2f}, BLEU lc Moses {test['scores']['bleu_lc_moses']:.2f}"
+          + (f" ({against['bleu_lc_moses'].delta:+.2f} against the baseline, p {against['bleu_lc_moses'].p_value:.3f})"
+             if against else "") + "; wrote "
           f"{out_dir / 'report.md'}, {out_dir / 'learning-curve.png'}, {out_dir / 'results.json'}")
     return 0
 

@@ -18,6 +18,8 @@
 #   RUN_DIR   default runs/multi30k_tiny
 #   MINUTES   environment: wall-clock training budget of the whole run (default 105); a
 #             resumed run trains for what its earlier sittings left of it
+#   BASELINE  environment: another system's test2016 translations (a file, .gz allowed): the
+#             report compares the chosen row with them (paired bootstrap)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN=${1:-runs/multi30k_tiny}
@@ -39,4 +41,4 @@ else
     echo "reproduce: $RUN has used its training budget of $MINUTES minutes; on to the report" >&2
 fi
 trained=$(date +%s)
-"$PY" tools/multi30k_report.py --run "$RUN" --train-seconds $((trained - start))
+"$PY" tools/multi30k_report.py --run "$RUN" --train-seconds $((trained - start)) ${BASELINE:+--baseline "$BASELINE"}

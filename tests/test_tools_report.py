@@ -218,3 +218,14 @@ def test_a_missing_run_is_one_line_not_a_traceback(report, tmp_path, capsys):
     assert report.main(["--run", str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err
     assert "config.yaml does not exist" in err and "Traceback" not in err
+
+
+def test_split_length_sentence_gives_the_shift_from_val_to_test(report):
+    """Multi30k's val references are relatively longer than test2016's: the report says by
+    how much a length fitted on val overshoots on test2016."""
+    val = (["a b c d"] * 10, ["w x y z"] * 9 + ["w x y"])        # 39 / 40 = 0.975
+    test = (["a b c d"] * 10, ["w x y"] * 10)                     # 30 / 40 = 0.750
+    assert report.words_per_source_word(*val) == pytest.approx(0.975)
+    text = report.split_length_sentence({"val": val, "test2016": test})
+    assert "0.975 in val and 0.750 in" in text and "30.0% longer" in text  # 0.975 / 0.75 = 1.30
+    assert "23.1% shorter" in report.split_length_sentence({"val": test, "test2016": val})  # 0.75 / 0.975 - 1

@@ -295,6 +295,23 @@ def length_ratio(meta: dict) -> str:
     return match.group(1) if match else ""
 
 
+def words_per_source_word(sources, references) -> float:
+    """Reference words per source word of a split (whitespace-split)."""
+    source_words = sum(len(s.split()) for s in sources)
+    return sum(len(r.split()) for r in references) / max(source_words, 1)
+
+
+def split_length_sentence(splits: dict) -> str:
+    """How the splits' own length ratios carry a length chosen on val over to test2016.
+    ``splits``: ``{name: (sources, references)}`` with ``val`` and ``test2016``."""
+    val, test = (words_per_source_word(*splits[name]) for name in ("val", "test2016"))
+    shift = val / test - 1.0
+    way = "longer" if shift > 0 else "shorter"
+    return (f" The splits differ in length: target words per source word are {val:.3f} in val and {test:.3f} in "
+            f"test2016, so an alpha that fits val's outputs to its references' length leaves test2016's about "
+            f"{abs(100 * shift):.1f}% {way} than its references (compare the length ratios below).")
+
+
 def choose_on_val(results: dict, beams, alphas) -> tuple[str, int, float]:
     """The ``(weight set, beam, alpha)`` whose **val** lowercased Moses-tokenized BLEU is
     highest; test2016 scores play no part. A tie goes to the first in ``results``' order,
@@ -486,7 +503,7 @@ def write_report(args) -> int:
               f"test2016: sacreBLEU **{test['scores']['sacrebleu']:.2f}**, lowercased "
               f"Moses-tokenized BLEU **{test['scores']['bleu_lc_moses']:.2f}** (published "
               f"{PUBLISHED['name']}: {PUBLISHED['bleu_lc_moses']}), chrF2 {test['scores']['chrf']:.2f}."
-              + interval_sentence(intervals)
+              + interval_sentence(intervals) + split_length_sentence(splits)
               + (baseline_sentence(args.baseline, against) if against else ""), ""]
     lines += ["| weights | beam | alpha | val sacreBLEU | val BLEU lc Moses | val length ratio | "
               "test sacreBLEU | test BLEU lc Moses | test BLEU lc 13a | test chrF2 | test length ratio | "

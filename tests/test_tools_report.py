@@ -111,7 +111,8 @@ def test_interval_sentence_places_the_published_figure(report, tmp_path):
     refs = [f"ein hund läuft durch das gras nummer {i} ." for i in range(40)]
     hyps = [r if i % 4 else r.replace("hund", "mann") for i, r in enumerate(refs)]
     (tmp_path / "chosen.de").write_text("\n".join(hyps) + "\n", encoding="utf-8")
-    intervals = report.test_intervals({"path": str(tmp_path / "chosen.de")}, refs, "de")
+    intervals, comparisons = report.chosen_statistics({"path": str(tmp_path / "chosen.de")}, refs, "de")
+    assert comparisons is None  # no baseline
     lc = intervals["bleu_lc_moses"]
     assert lc.low < lc.score < lc.high and set(intervals) == {"bleu_lc_moses", "sacrebleu"}
     text = report.interval_sentence(intervals)
@@ -185,7 +186,7 @@ def test_baseline_comparison_is_the_paired_difference(report, tmp_path):
     mine = [r if i % 5 else r.replace("hund", "mann") for i, r in enumerate(refs)]
     theirs = [r if i % 3 else r.replace("läuft", "springt") for i, r in enumerate(refs)]
     (tmp_path / "chosen.de").write_text("\n".join(mine) + "\n", encoding="utf-8")
-    comparisons = report.compare_with_baseline({"path": str(tmp_path / "chosen.de")}, theirs, refs, "de")
+    _, comparisons = report.chosen_statistics({"path": str(tmp_path / "chosen.de")}, refs, "de", theirs)
     sacre = comparisons["sacrebleu"]
     expected = (sacrebleu.corpus_bleu(mine, [refs]).score - sacrebleu.corpus_bleu(theirs, [refs]).score)
     assert sacre.delta == pytest.approx(expected, abs=1e-6) and sacre.delta > 0
@@ -193,7 +194,7 @@ def test_baseline_comparison_is_the_paired_difference(report, tmp_path):
     text = report.baseline_sentence("theirs.de", comparisons)
     lc = comparisons["bleu_lc_moses"]
     assert f"{lc.delta:+.2f} [{lc.low:+.2f}, {lc.high:+.2f}], p {lc.p_value:.3f}" in text
-    same = report.compare_with_baseline({"path": str(tmp_path / "chosen.de")}, mine, refs, "de")
+    _, same = report.chosen_statistics({"path": str(tmp_path / "chosen.de")}, refs, "de", mine)
     assert all(c.delta == 0 and c.low == 0 == c.high for c in same.values())
 
 

@@ -329,13 +329,19 @@ def choose_on_val(results: dict, beams, alphas) -> tuple[str, int, float]:
     return max(candidates, key=lambda c: results[c[0]][("val", c[1], c[2])]["scores"]["bleu_lc_moses"])
 
 
-def test_intervals(test: dict, references, lang: str) -> dict:
-    """95% bootstrap intervals (1,000 resamples of the test sentences) of the chosen row's
-    lowercased Moses-tokenized BLEU and sacreBLEU."""
-    from tf_transformer.evaluation.significance import bootstrap_intervals
+def chosen_statistics(test: dict, references, lang: str, baseline=None) -> tuple[dict, dict | None]:
+    """The chosen row's 95% bootstrap intervals (1,000 resamples of the test sentences) of
+    lowercased Moses-tokenized BLEU and sacreBLEU and, given ``baseline`` (another system's
+    translations of the same sentences), its paired comparison with it on the same resamples:
+    ``(intervals, comparisons or None)``. One scorer prepares the references and the chosen
+    output once for both."""
+    from tf_transformer.evaluation.significance import Scorer
 
     hyps = Path(test["path"]).read_text(encoding="utf-8").splitlines()
-    return bootstrap_intervals(hyps, references, lang, metrics=["bleu_lc_moses", "sacrebleu"])
+    scorer = Scorer(references, lang, metrics=["bleu_lc_moses", "sacrebleu"])
+    mine = scorer.system(hyps)
+    comparisons = scorer.compare(scorer.system(baseline), mine) if baseline else None
+    return scorer.intervals(mine), comparisons
 
 
 def interval_sentence(intervals: dict) -> str:
@@ -359,14 +365,6 @@ def read_baseline(path: str, sentences: int) -> list[str]:
         raise UserError(f"--baseline {path} has {len(lines):,} lines but test2016 has {sentences:,} sentences; "
                         "it must translate test2016, line by line")
     return lines
-
-
-def compare_with_baseline(test: dict, baseline: list[str], references, lang: str) -> dict:
-    """The chosen row's test2016 output against ``baseline`` on the same resampled test sets."""
-    from tf_transformer.evaluation.significance import paired_bootstrap
-
-    hyps = Path(test["path"]).read_text(encoding="utf-8").splitlines()
-    return paired_bootstrap(baseline, hyps, references, lang, metrics=["bleu_lc_moses", "sacrebleu"])
 
 
 def baseline_sentence(path: str, comparisons: dict) -> str:
@@ -487,9 +485,7 @@ def write_report(args) -> int:
     plot_curve(rows, out_dir / "learning-curve.png")
 
     test = results[chosen[0]][("test2016", chosen[1], chosen[2])]
-    intervals = test_intervals(test, splits["test2016"][1], cfg.data.target_lang)
-    against = (compare_with_baseline(test, baseline, splits["test2016"][1], cfg.data.target_lang)
-               if baseline else None)
+    intervals, against = chosen_statistics(test, splits["test2016"][1], cfg.data.target_lang, baseline)
     last = rows[-1]
     decode_minutes = sum(r.get("eval_seconds", 0.0) for r in rows) / 60.0
     train_minutes = last["minutes"]

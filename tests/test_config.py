@@ -61,6 +61,30 @@ def test_validation_errors_name_the_field(override, message):
     assert message in str(e.value)
 
 
+def test_errors_blame_the_override_or_the_file_that_holds_the_mistake(tmp_path):
+    # A bad --set names the override, not the preset it was applied to; a bad value in a
+    # file names the file; a misspelt field gets the fields it may have meant.
+    with pytest.raises(ConfigError) as e:
+        load_config("multi30k_tiny", ["model.d_modl=3"])
+    assert str(e.value).startswith("override 'model.d_modl=3': unknown field model.d_modl (did you mean ")
+    assert "d_model" in str(e.value) and "multi30k_tiny.yaml" not in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        load_config("multi30k_tiny", ["decode.alhpa=1"])
+    assert "(did you mean alpha?)" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        load_config("multi30k_tiny", ["model.d_model=abc"])
+    assert str(e.value) == "override 'model.d_model=abc': model.d_model='abc' must be an integer"
+    path = tmp_path / "bad.yaml"
+    path.write_text("extends: multi30k_tiny\nmodel:\n  d_model: big\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value) == f"{path}: model.d_model='big' must be an integer"
+    path.write_text("extends: multi30k_tiny\ntrain:\n  warmup_step: 10\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value).startswith(f"{path}: unknown field train.warmup_step (did you mean warmup_steps?)")
+
+
 def test_explicit_key_dim_allows_indivisible_d_model():
     cfg = load_config("base", ["model.d_model=500", "model.key_dim=50", "model.value_dim=50"])
     assert cfg.model.resolved().key_dim == 50

@@ -9,12 +9,13 @@ A config file is YAML with up to four sections and an optional parent::
     decode: {beam_size: 4, alpha: 0.6, ...}
 
 The presets are the YAML files of the repository's ``configs/`` directory, shipped inside the
-package (see :mod:`tf_transformer.resources`): ``base``, ``big``, ``multi30k_small`` and the 18
-rows of the paper's Table 3 as ``table3/A1`` ... ``table3/E``.
+package (see :mod:`tf_transformer.resources`): ``base``, ``big``, ``multi30k_small``,
+``multi30k_tiny`` and the 18 rows of the paper's Table 3 as ``table3/A1`` ... ``table3/E``.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -182,17 +183,27 @@ def _build_section(name: str, cls, values: Any, source: str):
     if not isinstance(values, Mapping):
         raise ConfigError(f"{source}: section '{name}' must be a mapping, got {type(values).__name__}")
     hints = get_type_hints(cls)
-    known = {f.name for f in fields(cls)}
     kwargs = {}
     for key, value in values.items():
-        if key not in known:
-            close = [k for k in known if k.split("_")[0] == str(key).split("_")[0]]
-            hint = f" (did you mean {', '.join(sorted(close))}?)" if close else ""
-            raise ConfigError(
-                f"{source}: unknown field {name}.{key}{hint}; known fields: {', '.join(sorted(known))}"
-            )
-        kwargs[key] = _coerce(f"{name}.{key}", value, hints[key])
+        _check_field(source, name, key)
+        try:
+            kwargs[key] = _coerce(f"{name}.{key}", value, hints[key])
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
     return cls(**kwargs)
+
+
+def _check_field(where: str, section: str, key: Any) -> None:
+    """A :class:`ConfigError` naming ``where`` (a file, an override) unless ``section.key``
+    is a field, with the fields it may have meant (same first word or spelled alike)."""
+    known = sorted(f.name for f in fields(SECTIONS[section]))
+    if key in known:
+        return
+    key = str(key)
+    close = {k for k in known if k.split("_")[0] == key.split("_")[0]}
+    close.update(difflib.get_close_matches(key, known, n=3, cutoff=0.75))
+    hint = f" (did you mean {', '.join(sorted(close))}?)" if close else ""
+    raise ConfigError(f"{where}: unknown field {section}.{key}{hint}; known fields: {', '.join(known)}")
 
 
 def config_from_dict(raw: Mapping, source: str = "<dict>", validate: bool = True,
@@ -240,6 +251,12 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
         section, name = key.split(".")
         if section not in SECTIONS:
             raise ConfigError(f"override {item!r}: unknown section {section!r}; expected {', '.join(SECTIONS)}")
+        where = f"override {item!r}"
+        _check_field(where, section, name)
+        try:  # a wrong type is the override's fault, not the file's: say so now
+            _coerce(key, value, get_type_hints(SECTIONS[section])[name])
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from None
         out.setdefault(section, {})
         if out[section] is None:
             out[section] = {}

@@ -129,18 +129,18 @@ def _free_ports(n):
     return ports
 
 
-@pytest.mark.slow
-def test_multiworker_two_local_workers(tmp_path):
-    """Two worker processes on 127.0.0.1 train 6 steps with model.fit under
-    MultiWorkerMirroredStrategy (with the Keras workaround) and end with equal weights."""
+def _two_workers(out: Path, run: Path, *args: str) -> tuple[list[dict], list[str]]:
+    """Run the helper's ``multiworker`` mode as two worker processes on 127.0.0.1; their
+    reports (``out/worker{i}.json``, weights in ``.npz`` beside them) and outputs."""
     ports = _free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    out.mkdir(parents=True, exist_ok=True)
     procs = []
     for index in range(2):
         env = _env()
         env["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
         procs.append(subprocess.Popen(
-            [sys.executable, str(HELPER), "multiworker", str(tmp_path / f"worker{index}.json"), str(tmp_path / "run")],
+            [sys.executable, str(HELPER), "multiworker", str(out / f"worker{index}.json"), str(run), *args],
             env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     try:
         outputs = [p.communicate(timeout=420)[0] for p in procs]
@@ -150,7 +150,19 @@ def test_multiworker_two_local_workers(tmp_path):
                 p.kill()
     for p, text in zip(procs, outputs):
         assert p.returncode == 0, text[-3000:]
-    results = [json.loads((tmp_path / f"worker{i}.json").read_text()) for i in range(2)]
+    return [json.loads((out / f"worker{i}.json").read_text()) for i in range(2)], outputs
+
+
+def _weights(out: Path, index: int) -> list:
+    with np.load(out / f"worker{index}.json.npz") as f:
+        return [f[f"arr_{i}"] for i in range(len(f.files))]
+
+
+@pytest.mark.slow
+def test_multiworker_two_local_workers(tmp_path):
+    """Two worker processes on 127.0.0.1 train 6 steps with model.fit under
+    MultiWorkerMirroredStrategy (with the Keras workaround) and end with equal weights."""
+    results, _ = _two_workers(tmp_path, tmp_path / "run")
     assert [r["chief"] for r in results] == [True, False]
     assert all(r["replicas"] == 2 and r["final_step"] == 6 for r in results)
     assert results[0]["history"] == results[1]["history"]
@@ -158,6 +170,30 @@ def test_multiworker_two_local_workers(tmp_path):
     assert len(results[0]["history"]["val_loss"]) == 2
     assert results[0]["model_path"] and Path(results[0]["model_path"]).is_file()
     assert results[1]["model_path"] is None  # only the chief writes the run directory
+
+
+@pytest.mark.slow
+def test_multiworker_resume_after_a_kill_between_the_workers_backups(tmp_path):
+    """Workers write their backups one after another; a kill between two of them leaves one
+    worker's newest backup an update ahead of the other's. Simulated: after 4 updates (backups
+    every 2, dropout 0.1), worker 1's backup of update 4 is taken away. The rerun to update 6
+    resumes *both* workers at update 2 (worker 0 from its previous backup) and ends with the
+    weights of a straight 6-update run (resuming each at its own newest would hang or diverge)."""
+    straight, _ = _two_workers(tmp_path / "straight", tmp_path / "straight-run", "6", "0.1")
+    first, _ = _two_workers(tmp_path / "first", tmp_path / "run", "4", "0.1")
+    assert [r["final_step"] for r in first] == [4, 4]
+    chief_backup = tmp_path / "run" / "backup"
+    [worker_backup] = (tmp_path / "run" / "workers").glob("*/backup")
+    assert sorted(p.name for p in chief_backup.glob("*.weights.h5")) == ["latest.weights.h5", "previous.weights.h5"]
+    os.replace(worker_backup / "previous.weights.h5", worker_backup / "latest.weights.h5")  # killed before its 4
+    resumed, outputs = _two_workers(tmp_path / "resumed", tmp_path / "run", "6", "0.1")
+    assert [(r["start_step"], r["final_step"]) for r in resumed] == [(2, 6), (2, 6)]
+    assert "the workers' newest backups differ (4, 2): every worker resumes at update 2" in outputs[0]
+    for index in range(2):
+        diff = max(float(np.max(np.abs(a - b)))
+                   for a, b in zip(_weights(tmp_path / "straight", index), _weights(tmp_path / "resumed", index)))
+        print(f"worker {index}: max abs weight difference to the straight run {diff}")
+        assert diff <= 1e-6
 
 
 @pytest.mark.slow

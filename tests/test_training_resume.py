@@ -253,3 +253,48 @@ def test_tft_train_exit_status_says_how_training_stopped(monkeypatch, capsys):
         monkeypatch.setattr(loop, "train", lambda cfg, **kw: Result(why))
         assert cli_train.run_train(args) == status
         assert capsys.readouterr().out.strip() == f"stopped early ({why})"
+
+
+def test_backup_keeps_its_previous_and_restores_the_step_asked_for(tmp_path):
+    """With ``keep_previous`` (multi-worker runs) the backup before ``latest`` stays as
+    ``previous``; ``restore(step=...)`` loads that one, a step not held is a clear error, and a
+    kill between retiring the old latest and renaming the new one in falls back to
+    ``previous``. Without it (one worker) only ``latest`` is written."""
+    from helpers.synthetic import tiny_config
+
+    from tf_transformer.errors import DamagedFileError
+    from tf_transformer.training.callbacks import ResumableBackup
+    from tf_transformer.training.trainer import build_training_model
+
+    def first_kernel(model):
+        return np.asarray(model.transformer.trainable_variables[0].numpy())
+
+    trainer = build_training_model(tiny_config(16))
+    kernel = trainer.transformer.trainable_variables[0]
+    folder = tmp_path / "backup"
+    backup = ResumableBackup(folder, 2, keep_previous=True)
+    backup.set_model(trainer)
+    for step in (2, 4, 6):
+        trainer.optimizer.iterations.assign(step)
+        kernel.assign(np.full(kernel.shape, float(step), "float32"))
+        assert backup.save() == folder / "latest.weights.h5"
+    assert {step: path.name for step, path in backup.saved_steps().items()} == {
+        4: "previous.weights.h5", 6: "latest.weights.h5"}
+
+    fresh = build_training_model(tiny_config(16))
+    restorer = ResumableBackup(folder, 2, keep_previous=True)
+    assert restorer.restore(fresh) == 6 and np.all(first_kernel(fresh) == 6.0)
+    assert restorer.restore(fresh, step=4) == 4 and np.all(first_kernel(fresh) == 4.0)
+    assert restorer.restored_path == folder / "previous.weights.h5"  # what the log names
+    with pytest.raises(DamagedFileError, match=r"no backup of step 2 \(it holds steps \[4, 6\]\)"):
+        restorer.restore(fresh, step=2)
+    (folder / "latest.weights.h5").unlink()
+    assert restorer.exists() and restorer.restore(fresh) == 4 and np.all(first_kernel(fresh) == 4.0)
+
+    single = ResumableBackup(tmp_path / "single", 2)
+    single.set_model(trainer)
+    for step in (8, 10):
+        trainer.optimizer.iterations.assign(step)
+        single.save()
+    assert sorted(p.name for p in (tmp_path / "single").glob("*.h5")) == ["latest.weights.h5"]
+    assert set(single.saved_steps()) == {10}

@@ -1,7 +1,8 @@
 """Helper processes for the slow training tests (not collected by pytest).
 
     python tests/training_subprocess.py mirrored OUT.json
-    python tests/training_subprocess.py multiworker OUT.json   (TF_CONFIG set by the caller)
+    python tests/training_subprocess.py multiworker OUT.json MODEL_DIR [TRAIN_STEPS [DROPOUT]]
+        (TF_CONFIG set by the caller; also writes OUT.json.npz, the final weights)
     python tests/training_subprocess.py resume MODEL_DIR STEPS PROGRESS_FILE
     python tests/training_subprocess.py chaos CONFIG_YAML MODEL_DIR KILL OUT.json
         KILL: "none", "step:N" (SIGKILL itself after update N), "backup:N" (inside the
@@ -96,7 +97,7 @@ def mirrored(out):
         json.dump(result, f)
 
 
-def multiworker(out, model_dir):
+def multiworker(out, model_dir, train_steps="6", dropout="0"):
     from helpers.synthetic import dataset_fn, task_batches, tiny_config
 
     from tf_transformer.training import train
@@ -105,13 +106,15 @@ def multiworker(out, model_dir):
     strategy = make_strategy("multiworker")
     info = task_info(strategy)
     batches = task_batches(4, 4, V, seed=info.index)  # each worker has its own data shard
-    cfg = tiny_config(V, model_dir, train_steps=6, steps_per_epoch=3, warmup_steps=5, validation_steps=2,
-                      backup_every_steps=2)
+    cfg = tiny_config(V, model_dir, train_steps=int(train_steps), steps_per_epoch=3, warmup_steps=5,
+                      validation_steps=2, backup_every_steps=2)
+    cfg.model.dropout = float(dropout)
     result = train(cfg, strategy=strategy, train_data=dataset_fn(batches), valid_data=dataset_fn(batches[:2]),
                    verbose=0)
     weights = result.model.get_weights()
-    report = {"chief": info.is_chief, "final_step": result.final_step, "history": result.history,
-              "replicas": strategy.num_replicas_in_sync,
+    np.savez(out + ".npz", *weights)
+    report = {"chief": info.is_chief, "start_step": result.start_step, "final_step": result.final_step,
+              "history": result.history, "replicas": strategy.num_replicas_in_sync,
               "checksum": float(sum(float(np.sum(np.abs(w))) for w in weights)),
               "model_path": str(result.model_path) if result.model_path else None}
     with open(out, "w") as f:

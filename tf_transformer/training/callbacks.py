@@ -19,6 +19,7 @@ writing leaves the previous file intact.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -149,15 +150,20 @@ class ResumableBackup(keras.callbacks.Callback):
     and the backup is kept when training ends (rerunning a finished run is then a no-op, and
     longer runs can continue). Training after a restart loses at most the updates done since
     the last backup, and continues with the batches and dropout masks it would have had.
+
+    ``keep_previous`` (multi-worker training) keeps the backup before ``latest`` as
+    ``previous.weights.h5``: a worker killed between another worker's backup and its own
+    still holds the update that all workers have, and :meth:`restore` with ``step`` loads it.
     """
 
     GROUP = "tf_transformer_resume"
 
     def __init__(self, backup_dir, save_every_updates: Optional[int] = None, accumulation_steps: int = 1,
-                 enabled: bool = True):
+                 enabled: bool = True, keep_previous: bool = False):
         super().__init__()
         self.backup_dir = Path(backup_dir)
         self.enabled = enabled
+        self.keep_previous = keep_previous
         self.accumulation_steps = max(1, int(accumulation_steps))
         self.save_every_updates = save_every_updates
         self.save_freq = "epoch" if not save_every_updates else int(save_every_updates) * self.accumulation_steps
@@ -165,26 +171,58 @@ class ResumableBackup(keras.callbacks.Callback):
         self._epochs_done = 0
         self.last_saved_step: Optional[int] = None
         self.restored_rng = False
+        self.restored_path: Optional[Path] = None
 
     @property
     def weights_path(self) -> Path:
         return self.backup_dir / "latest.weights.h5"
 
     @property
+    def previous_path(self) -> Path:
+        """The backup before ``latest`` (written only with ``keep_previous``)."""
+        return self.backup_dir / "previous.weights.h5"
+
+    @property
     def metadata_path(self) -> Path:
         return self.backup_dir / "training_metadata.json"
 
     def exists(self) -> bool:
-        return self.weights_path.is_file()
+        return self.weights_path.is_file() or (self.keep_previous and self.previous_path.is_file())
 
-    def restore(self, model) -> Optional[int]:
-        """Load the backup into ``model`` (built, optimizer built) after checking that the
+    def saved_steps(self) -> dict[int, Path]:
+        """``{update step: file}`` of the backups on disk, read from their resume state
+        without loading them: ``latest`` and, with ``keep_previous``, ``previous`` (alone
+        when a kill came between retiring the old latest and renaming the new one in)."""
+        found = {}
+        for path in (self.previous_path, self.weights_path) if self.keep_previous else (self.weights_path,):
+            if path.is_file():
+                state = self._read_state(path)
+                if "step" not in state:
+                    raise DamagedFileError(f"backup {path}: damaged: it has no resume state "
+                                           f"(group {self.GROUP} with the step)")
+                found[int(state["step"])] = path
+        return found
+
+    def restore(self, model, step: Optional[int] = None) -> Optional[int]:
+        """Load the newest backup (or, with ``step``, the one of that update, see
+        :meth:`saved_steps`) into ``model`` (built, optimizer built) after checking that the
         file is complete and every value finite; return the restored update step, or
         ``None`` when there is no backup."""
-        if not self.exists():
+        if step is not None:
+            saved = self.saved_steps()
+            if step not in saved:
+                raise DamagedFileError(f"backup {self.backup_dir}: no backup of step {step} "
+                                       f"(it holds steps {sorted(saved) or 'none'})")
+            path = saved[step]
+        elif self.weights_path.is_file():
+            path = self.weights_path
+        elif self.exists():
+            path = self.previous_path
+        else:
             return None
-        load_weights(model, self.weights_path, "backup")
-        state = self._read_state()
+        load_weights(model, path, "backup")
+        self.restored_path = path
+        state = self._read_state(path)
         rng = compat.seed_generator_states(model)
         saved = state.get("rng")
         if saved is not None and len(saved) == len(rng):
@@ -193,15 +231,15 @@ class ResumableBackup(keras.callbacks.Callback):
             self.restored_rng = True
         step = current_step(model)
         if "step" in state and int(state["step"]) != step:
-            raise DamagedFileError(f"backup {self.weights_path}: damaged: its resume state is of step "
+            raise DamagedFileError(f"backup {path}: damaged: its resume state is of step "
                                    f"{int(state['step'])} but its optimizer of step {step}")
         self.last_saved_step = step
         return step
 
-    def _read_state(self) -> dict:
+    def _read_state(self, path: Path) -> dict:
         import h5py
 
-        with h5py.File(self.weights_path, "r") as f:
+        with h5py.File(path, "r") as f:
             if self.GROUP not in f:
                 return {}
             group = f[self.GROUP]
@@ -240,6 +278,8 @@ class ResumableBackup(keras.callbacks.Callback):
                 group.create_dataset("rng", data=rng)
                 group.attrs["step"] = step
                 group.attrs["batches"] = step * self.accumulation_steps
+            if self.keep_previous and self.weights_path.is_file():  # retire the old latest first
+                os.replace(self.weights_path, self.previous_path)
         atomic_write(self.metadata_path, json.dumps({"epoch": self._epochs_done, "batch": 0, "step": step}))
         self.last_saved_step = step
         return self.weights_path

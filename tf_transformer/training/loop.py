@@ -66,6 +66,7 @@ from tf_transformer.training.strategy import (
     TaskInfo,
     describe,
     distribute,
+    gather_from_replicas,
     is_default,
     is_multiworker,
     resolve_strategy,
@@ -422,8 +423,10 @@ def _resume(run: _Run) -> tuple[TrainingModel, cb.ResumableBackup, int]:
     over another run's outputs."""
     with run.strategy.scope():
         trainer = build_training_model(run.cfg)
-    backup = cb.ResumableBackup(run.own_dir / "backup", run.cfg.train.backup_every_steps, run.k)
-    start_step = backup.restore(trainer) or 0
+    backup = cb.ResumableBackup(run.own_dir / "backup", run.cfg.train.backup_every_steps, run.k,
+                                keep_previous=run.multiworker)
+    step = _common_backup_step(run, backup) if run.multiworker else None
+    start_step = backup.restore(trainer, step=step) or 0
     model_dir = run.model_dir
     if start_step == 0 and run.info.is_chief:
         old = cb.list_checkpoints(model_dir / "checkpoints")
@@ -435,12 +438,47 @@ def _resume(run: _Run) -> tuple[TrainingModel, cb.ResumableBackup, int]:
     return trainer, backup, start_step
 
 
+def _common_backup_step(run: _Run, backup: cb.ResumableBackup) -> Optional[int]:
+    """The update every worker resumes at: the newest one whose backup all workers hold.
+
+    Workers write their backups one after another, so a kill can leave one worker's newest
+    backup an update ahead of another's; each keeps its previous backup too, and all resume
+    at the newest step they share (resuming at different steps would desynchronise the
+    replicas and hang the collectives). The workers exchange their steps with one
+    collective sum, so all of them take the same decision, errors included. ``None``: no
+    worker has a backup (a new run)."""
+    try:
+        saved = sorted(backup.saved_steps())[-2:]
+        mine, problem = [1] + [-1] * (2 - len(saved)) + saved, None
+    except UserError as e:  # the others must not wait for this worker at the gather
+        mine, problem = [0, -1, -1], e
+    rows = gather_from_replicas(run.strategy, mine)
+    if problem is not None:
+        raise problem
+    if not rows[:, 0].all():
+        raise UserError(f"{backup.backup_dir}: another worker could not read its backups (its log says why); "
+                        "every worker must resume from the same update")
+    held = [set(int(v) for v in row[1:] if v >= 0) for row in rows]
+    if not any(held):
+        return None
+    common = set.intersection(*held)
+    if not common:
+        listed = "; ".join(f"replica {i}: {sorted(h) or 'none'}" for i, h in enumerate(held))
+        raise UserError(f"{backup.backup_dir}: the workers hold backups of no common update ({listed}); every "
+                        "worker must resume from the same update: start a new run in another model directory")
+    step = max(common)
+    if any(step != max(h) for h in held):
+        run.log(f"train: the workers' newest backups differ ({', '.join(str(max(h)) for h in held)}): every "
+                f"worker resumes at update {step}, the newest that all hold")
+    return step
+
+
 def _announce(run: _Run, trainer: TrainingModel, backup: cb.ResumableBackup, start_step: int) -> None:
     cfg = run.cfg
     run.log(f"train: {cfg.name or 'config'}: {describe(run.strategy)}; "
             f"{count_parameters(trainer.transformer):,} parameters; "
             f"{cfg.data.tokens_per_batch:,} tokens per batch x {run.k} micro-batch(es) per update; "
-            + (f"resuming at step {start_step} from {backup.weights_path}" if start_step else "starting at step 0")
+            + (f"resuming at step {start_step} from {backup.restored_path}" if start_step else "starting at step 0")
             + f"; training to step {cfg.train.train_steps}")
     if cfg.train.mixed_precision == AUTO:  # say what auto chose (the model was built under it)
         policy, why = resolve_mixed_precision(AUTO)

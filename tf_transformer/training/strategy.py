@@ -142,6 +142,26 @@ def task_info(strategy) -> TaskInfo:
     return TaskInfo(kind, index, _cluster_size(config), chief)
 
 
+def gather_from_replicas(strategy, values: list[int]) -> np.ndarray:
+    """Every replica's ``values``, one row per replica of every worker, in replica order: a
+    collective operation, so every worker must call it at the same point. Under the default
+    strategy, this process's row alone. (Each replica writes its row into a zero matrix at
+    its own index and the matrices are summed: ``ReplicaContext.all_gather`` fails under
+    ``MultiWorkerMirroredStrategy`` in TF 2.21 with "destinations can not be empty"; float64
+    holds the small integers exactly.)"""
+    local = np.asarray(values, np.float64)[None, :]
+    if is_default(strategy):
+        return local.astype(np.int64)
+
+    def place():
+        context = tf.distribute.get_replica_context()
+        row = tf.one_hot(context.replica_id_in_sync_group, context.num_replicas_in_sync, dtype=tf.float64)
+        return row[:, None] * tf.constant(local)
+
+    total = strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(tf.function(place)), axis=None)
+    return np.rint(np.asarray(total)).astype(np.int64)
+
+
 def describe(strategy) -> str:
     """One line: strategy kind, replicas, devices."""
     kind = type(strategy).__name__

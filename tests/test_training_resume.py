@@ -298,3 +298,25 @@ def test_backup_keeps_its_previous_and_restores_the_step_asked_for(tmp_path):
         single.save()
     assert sorted(p.name for p in (tmp_path / "single").glob("*.h5")) == ["latest.weights.h5"]
     assert set(single.saved_steps()) == {10}
+
+
+def test_a_resume_on_another_replica_count_is_said_in_the_log(tmp_path):
+    """The backup records how many replicas trained; a resume on another count (the stream
+    is cut into one batch per replica, so not exact) is a note in the log, not silence."""
+    from helpers.synthetic import tiny_config
+
+    from tf_transformer.training.callbacks import ResumableBackup
+    from tf_transformer.training.loop import replica_change_note
+    from tf_transformer.training.trainer import build_training_model
+
+    trainer = build_training_model(tiny_config(16))
+    trainer.optimizer.iterations.assign(3)
+    written = ResumableBackup(tmp_path / "backup", 1, replicas=2)
+    written.set_model(trainer)
+    written.save()
+    reader = ResumableBackup(tmp_path / "backup", 1)
+    assert reader.restore(build_training_model(tiny_config(16))) == 3 and reader.restored_replicas == 2
+    note = replica_change_note(reader.restored_replicas, reader.replicas)
+    assert note.startswith("train: note: this run's backup was written by 2 replica(s) and this process has 1")
+    assert "an exact resume needs 2 replica(s)" in note
+    assert replica_change_note(2, 2) is None and replica_change_note(None, 4) is None

@@ -151,6 +151,10 @@ class ResumableBackup(keras.callbacks.Callback):
     longer runs can continue). Training after a restart loses at most the updates done since
     the last backup, and continues with the batches and dropout masks it would have had.
 
+    The state also records the number of replicas that trained (``replicas``): the stream is
+    cut into one token-budget batch per replica, so only a resume on as many replicas
+    continues with exactly the batches the run would have had.
+
     ``keep_previous`` (multi-worker training) keeps the backup before ``latest`` as
     ``previous.weights.h5``: a worker killed between another worker's backup and its own
     still holds the update that all workers have, and :meth:`restore` with ``step`` loads it.
@@ -159,11 +163,13 @@ class ResumableBackup(keras.callbacks.Callback):
     GROUP = "tf_transformer_resume"
 
     def __init__(self, backup_dir, save_every_updates: Optional[int] = None, accumulation_steps: int = 1,
-                 enabled: bool = True, keep_previous: bool = False):
+                 enabled: bool = True, keep_previous: bool = False, replicas: int = 1):
         super().__init__()
         self.backup_dir = Path(backup_dir)
         self.enabled = enabled
         self.keep_previous = keep_previous
+        self.replicas = int(replicas)
+        self.restored_replicas: Optional[int] = None  # the replica count of the restored backup, where known
         self.accumulation_steps = max(1, int(accumulation_steps))
         self.save_every_updates = save_every_updates
         self.save_freq = "epoch" if not save_every_updates else int(save_every_updates) * self.accumulation_steps
@@ -223,6 +229,7 @@ class ResumableBackup(keras.callbacks.Callback):
         load_weights(model, path, "backup")
         self.restored_path = path
         state = self._read_state(path)
+        self.restored_replicas = int(state["replicas"]) if "replicas" in state else None
         rng = compat.seed_generator_states(model)
         saved = state.get("rng")
         if saved is not None and len(saved) == len(rng):
@@ -278,6 +285,7 @@ class ResumableBackup(keras.callbacks.Callback):
                 group.create_dataset("rng", data=rng)
                 group.attrs["step"] = step
                 group.attrs["batches"] = step * self.accumulation_steps
+                group.attrs["replicas"] = self.replicas
             if self.keep_previous and self.weights_path.is_file():  # retire the old latest first
                 os.replace(self.weights_path, self.previous_path)
         atomic_write(self.metadata_path, json.dumps({"epoch": self._epochs_done, "batch": 0, "step": step}))

@@ -423,10 +423,14 @@ def _resume(run: _Run) -> tuple[TrainingModel, cb.ResumableBackup, int]:
     over another run's outputs."""
     with run.strategy.scope():
         trainer = build_training_model(run.cfg)
+    replicas = run.strategy.num_replicas_in_sync
     backup = cb.ResumableBackup(run.own_dir / "backup", run.cfg.train.backup_every_steps, run.k,
-                                keep_previous=run.multiworker)
+                                keep_previous=run.multiworker, replicas=replicas)
     step = _common_backup_step(run, backup) if run.multiworker else None
     start_step = backup.restore(trainer, step=step) or 0
+    note = replica_change_note(backup.restored_replicas, replicas) if start_step else None
+    if note:
+        run.log(note)
     model_dir = run.model_dir
     if start_step == 0 and run.info.is_chief:
         old = cb.list_checkpoints(model_dir / "checkpoints")
@@ -436,6 +440,17 @@ def _resume(run: _Run) -> tuple[TrainingModel, cb.ResumableBackup, int]:
                             f"({backup.weights_path}); training from step 0 would mix or overwrite another "
                             "run: use a new model directory or remove the old files")
     return trainer, backup, start_step
+
+
+def replica_change_note(saved: Optional[int], now: int) -> Optional[str]:
+    """The log line for a resume on another number of replicas than the backup was written
+    on (``None`` when the same, or not recorded: backups written before the count was)."""
+    if not saved or saved == now:
+        return None
+    return (f"train: note: this run's backup was written by {saved} replica(s) and this process has {now}: "
+            f"the data is re-cut into {now} token-budget batch(es) per micro-batch, so training continues "
+            f"from about the same place in the data but not with the batches a {saved}-replica run would "
+            f"have had (an exact resume needs {saved} replica(s))")
 
 
 def _common_backup_step(run: _Run, backup: cb.ResumableBackup) -> Optional[int]:

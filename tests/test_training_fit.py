@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers.corpora import write_tiny_parallel_corpus
-from helpers.synthetic import dataset_fn, task_batches, tiny_config
+from helpers.synthetic import dataset_fn, max_abs_difference, task_batches, tiny_config
 
 from tf_transformer.training.loop import _plan
 from tf_transformer.training.trainer import accumulation_steps_for
@@ -190,8 +190,7 @@ def test_multiworker_resume_after_a_kill_between_the_workers_backups(tmp_path):
     assert [(r["start_step"], r["final_step"]) for r in resumed] == [(2, 6), (2, 6)]
     assert "the workers' newest backups differ (4, 2): every worker resumes at update 2" in outputs[0]
     for index in range(2):
-        diff = max(float(np.max(np.abs(a - b)))
-                   for a, b in zip(_weights(tmp_path / "straight", index), _weights(tmp_path / "resumed", index)))
+        diff = max_abs_difference(_weights(tmp_path / "straight", index), _weights(tmp_path / "resumed", index))
         print(f"worker {index}: max abs weight difference to the straight run {diff}")
         assert diff <= 1e-6
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers.corpora import write_tiny_parallel_corpus
+from helpers.synthetic import max_abs_difference
 
 REPO = Path(__file__).resolve().parents[1]
 HELPER = REPO / "tests" / "training_subprocess.py"
@@ -35,10 +36,6 @@ train: {{{", ".join(f"{k}: {v}" for k, v in fields.items())}}}
     return path
 
 
-def _max_diff(a, b) -> float:
-    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(a, b))
-
-
 @pytest.mark.slow
 def test_stopped_and_resumed_run_equals_a_straight_run(tmp_path, monkeypatch):
     """12 updates straight vs 5 updates, then the same run continued to 12 (mid-epoch, two
@@ -58,7 +55,7 @@ def test_stopped_and_resumed_run_equals_a_straight_run(tmp_path, monkeypatch):
     shutil.copytree(tmp_path / "resumed", tmp_path / "replayed")
     resumed = train(load_config(str(config)), model_dir=tmp_path / "resumed", valid_data=False, verbose=0)
     assert (resumed.start_step, resumed.final_step) == (5, 12)
-    diff = _max_diff(straight.model.get_weights(), resumed.model.get_weights())
+    diff = max_abs_difference(straight.model.get_weights(), resumed.model.get_weights())
     print(f"exact resume: max abs weight difference {diff}")
     assert diff <= 1e-6
 
@@ -66,7 +63,7 @@ def test_stopped_and_resumed_run_equals_a_straight_run(tmp_path, monkeypatch):
     monkeypatch.setattr(loop, "_stream", lambda fn, batches: (lambda context: fn(context, skip=0)))
     replayed = train(load_config(str(config)), model_dir=tmp_path / "replayed", valid_data=False, verbose=0)
     assert replayed.start_step == 5
-    assert _max_diff(straight.model.get_weights(), replayed.model.get_weights()) > 1e-4
+    assert max_abs_difference(straight.model.get_weights(), replayed.model.get_weights()) > 1e-4
 
 
 def _env():
@@ -118,7 +115,7 @@ def test_sigkilled_run_chain_equals_an_unkilled_run(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not list(run.rglob(".partial-*"))
     assert final["final_step"] == 12
-    diff = _max_diff(reference["weights"], final["weights"])
+    diff = max_abs_difference(reference["weights"], final["weights"])
     per_step = reference["train_seconds"] / 12
     lost_seconds = [steps * per_step for steps in lost]
     print(f"chaos: kills {kills}; updates lost per kill {lost}; final max abs weight difference "
@@ -230,7 +227,7 @@ def test_sigterm_stops_at_the_update_boundary_with_everything_written_and_resume
     assert max(step for step, _ in list_checkpoints(tmp_path / "run" / "checkpoints")) == 6
     resumed = train(load_config(str(config)), model_dir=tmp_path / "run", valid_data=False, verbose=0)
     assert (resumed.start_step, resumed.final_step, resumed.stopped_early) == (6, 12, None)
-    assert _max_diff(straight.model.get_weights(), resumed.model.get_weights()) <= 1e-6
+    assert max_abs_difference(straight.model.get_weights(), resumed.model.get_weights()) <= 1e-6
 
 
 def test_tft_train_exit_status_says_how_training_stopped(monkeypatch, capsys):

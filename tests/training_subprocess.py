@@ -36,7 +36,7 @@ def mirrored(out):
     _set_two_cpus()
     import keras
     import tensorflow as tf
-    from helpers.synthetic import dataset_fn, make_batch, random_sentences
+    from helpers.synthetic import dataset_fn, make_batch, max_abs_difference, random_sentences
 
     from tf_transformer.model import Transformer
     from tf_transformer.training.strategy import distribute, make_strategy
@@ -79,19 +79,18 @@ def mirrored(out):
                                         dataset_fn(None, per_replica=[[batch_a, batch_b], [batch_b, batch_a]]),
                                         accumulation=2, steps=2)
 
-    def diff(x, y):
-        return max(float(np.max(np.abs(p - q))) for p, q in zip(x, y))
-
     result = {
         "mirrored_loss": m_hist["loss"][0], "single_loss": s_hist["loss"][0],
         "accumulated_loss": a_hist["loss"][0],
         "mirrored_accuracy": m_hist["accuracy"][0], "single_accuracy": s_hist["accuracy"][0],
-        "init_diff": diff(m_before, s_before), "update_size": diff(s_before, s_after),
-        "weight_diff": diff(m_after, s_after), "accumulated_weight_diff": diff(a_after, s_after),
+        "init_diff": max_abs_difference(m_before, s_before),
+        "update_size": max_abs_difference(s_before, s_after),
+        "weight_diff": max_abs_difference(m_after, s_after),
+        "accumulated_weight_diff": max_abs_difference(a_after, s_after),
         "iterations": [m_iter, s_iter, a_iter, mm_iter],
         "eval_loss": [m_hist["eval_loss"][0], s_hist["eval_loss"][0], a_hist["eval_loss"][0],
                       mm_hist["eval_loss"][0]], "mirrored_accumulated_loss": mm_hist["loss"][0],
-        "mirrored_accumulated_weight_diff": diff(mm_after, s_after),
+        "mirrored_accumulated_weight_diff": max_abs_difference(mm_after, s_after),
     }
     with open(out, "w") as f:
         json.dump(result, f)

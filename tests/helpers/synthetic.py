@@ -88,3 +88,8 @@ def tiny_config(vocab_size: int = 16, model_dir: str = "runs/tiny", **train) -> 
     for key, value in train.items():
         setattr(t, key, value)
     return cfg
+
+
+def max_abs_difference(a, b) -> float:
+    """The largest absolute difference between two lists of weight arrays, pair by pair."""
+    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for x, y in zip(a, b))

@@ -222,7 +222,7 @@ class ResumableBackup(keras.callbacks.Callback):
             path = saved[step]
         elif self.weights_path.is_file():
             path = self.weights_path
-        elif self.exists():
+        elif self.keep_previous and self.previous_path.is_file():
             path = self.previous_path
         else:
             return None

@@ -144,14 +144,11 @@ def task_info(strategy) -> TaskInfo:
 
 def gather_from_replicas(strategy, values: list[int]) -> np.ndarray:
     """Every replica's ``values``, one row per replica of every worker, in replica order: a
-    collective operation, so every worker must call it at the same point. Under the default
-    strategy, this process's row alone. (Each replica writes its row into a zero matrix at
-    its own index and the matrices are summed: ``ReplicaContext.all_gather`` fails under
-    ``MultiWorkerMirroredStrategy`` in TF 2.21 with "destinations can not be empty"; float64
-    holds the small integers exactly.)"""
+    collective operation, so every worker must call it at the same point. (Each replica
+    writes its row into a zero matrix at its own index and the matrices are summed:
+    ``ReplicaContext.all_gather`` fails under ``MultiWorkerMirroredStrategy`` in TF 2.21 with
+    "destinations can not be empty"; float64 holds the small integers exactly.)"""
     local = np.asarray(values, np.float64)[None, :]
-    if is_default(strategy):
-        return local.astype(np.int64)
 
     def place():
         context = tf.distribute.get_replica_context()

@@ -84,6 +84,43 @@ def test_early_stopping_at_the_right_evaluation_and_best_weights_kept(tmp_path, 
         assert [r["step"] for r in rows] == list(range(100, 1000, 100))
 
 
+def test_windowed_metric_ignores_one_lucky_evaluation(tmp_path):
+    # Greedy BLEU with one lucky evaluation (14 at update 400) before a slower climb. Alone,
+    # 14 is the best and patience 3 stops at update 700 (12.5, 13, 13.5 all below it). The
+    # mean of the last 3 (10, 11, 11, 12.33, 12.5, 13.17, 13.0, 13.67, 14.17, 14.0, 13.83,
+    # 13.67) improves to 14.17 at update 900 and then misses three times: patience 3 stops
+    # at update 1200, and best/ holds the weights of update 900 (the last of the best window).
+    values = [10, 12, 11, 14, 12.5, 13, 13.5, 14.5, 14.5, 13, 14, 14]
+
+    def run(window):
+        layer = small_layer()
+        best_dir = tmp_path / f"best{window}"
+
+        def weights_at(step):
+            layer.set_weights([np.full((2, 1), step, "float32"), np.zeros(1, "float32")])
+
+        cb = Scripted(values, every_steps=100, window=window, patience=3, keep_best=1, best_dir=best_dir,
+                      log_path=tmp_path / f"eval{window}.jsonl", log=lambda m: None)
+        cb.transformer = layer
+        return cb, drive(cb, fake_fit_model(layer), 100, len(values), weights_at), best_dir
+
+    alone, stop, best_dir = run(1)
+    assert stop == 700 and alone.best == 14 and alone.best_step == 400
+    smooth, stop, best_dir = run(3)
+    means = [np.mean(values[max(0, i - 2): i + 1]) for i in range(len(values))]
+    rows = read_eval_log(tmp_path / "eval3.jsonl")
+    assert [r["val_bleu_mean3"] for r in rows] == pytest.approx(means[: len(rows)], abs=1e-4)
+    best_i = int(np.argmax(means[:9]))
+    assert best_i == 8 and smooth.best == pytest.approx(means[8]) and smooth.best_step == 900
+    assert stop == 1200 and smooth.stopped
+    assert [p.name for p in best_dir.iterdir()] == ["best-900.weights.h5"]
+    # a resume recomputes the window from the log: same best and count
+    again = Scripted([], every_steps=100, window=3, patience=3, log_path=tmp_path / "eval3.jsonl",
+                     log=lambda m: None)
+    again.restore(1100)
+    assert (again.best_step, again.bad_evaluations, again.stopped) == (900, 2, False)
+
+
 def test_resume_restores_patience_and_drops_rows_after_the_backup(tmp_path):
     values = [10, 12, 11, 11, 11]
     cb = Scripted(values, every_steps=100, patience=3, keep_best=0, log_path=tmp_path / "eval.jsonl",

@@ -292,6 +292,9 @@ class TrainConfig:
     best_metric: str = "val_bleu"  # or "val_loss": what best/ and early stopping look at
     keep_best: int = 1  # best weight files kept in <model_dir>/best/
     early_stopping_patience: Optional[int] = None  # stop after N evaluations without improvement
+    # best/ and early stopping follow the mean of best_metric over the last N evaluations
+    # (1: each evaluation alone, as fairseq); greedy val BLEU is noisy from one to the next
+    best_metric_window: int = 1
     log_every_steps: int = 100  # stdout not a terminal: one progress line every N updates (and per epoch)
     tensorboard_every_steps: Optional[int] = 100  # TensorBoard train scalars every N updates; None = per epoch
 
@@ -342,6 +345,7 @@ class TrainConfig:
             _positive(p + "eval_max_sentences", self.eval_max_sentences)
         if self.best_metric not in ("val_bleu", "val_loss"):
             raise ConfigError(f"{p}best_metric={self.best_metric!r} is not one of 'val_bleu', 'val_loss'")
+        _positive(p + "best_metric_window", self.best_metric_window)
         if self.keep_best < 0:
             raise ConfigError(f"{p}keep_best={self.keep_best} must be >= 0")
         if self.early_stopping_patience is not None:

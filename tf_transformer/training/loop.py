@@ -644,7 +644,7 @@ def _validation_bleu(run: _Run, transformer, log_dir, checkpoint):
         transformer, run.tokenizer, sources, references, every_steps=t.eval_bleu_every_steps,
         beam_size=t.eval_beam_size, alpha=cfg.decode.alpha, max_extra_length=cfg.decode.max_extra_length,
         batch_size=cfg.decode.batch_size, stop_rule=cfg.decode.stop_rule, max_sentences=t.eval_max_sentences,
-        metric=t.best_metric,
+        metric=t.best_metric, window=t.best_metric_window,
         patience=t.early_stopping_patience, keep_best=t.keep_best, best_dir=run.model_dir / "best",
         log_path=run.model_dir / "eval.jsonl", checkpoint=checkpoint, tensorboard_dir=log_dir,
         enabled=run.info.is_chief, log=run.log)

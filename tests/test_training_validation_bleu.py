@@ -119,6 +119,12 @@ def test_windowed_metric_ignores_one_lucky_evaluation(tmp_path):
                      log=lambda m: None)
     again.restore(1100)
     assert (again.best_step, again.bad_evaluations, again.stopped) == (900, 2, False)
+    # `tft train`'s last line names the best evaluation and its window's mean
+    from tf_transformer.training.loop import TrainResult
+
+    result = TrainResult(None, None, tmp_path, None, None, None, [], tmp_path, None, {}, 0, 1200, 1, 0.0, 0.0,
+                         evaluations=rows, best_step=smooth.best_step)
+    assert "val_bleu 14.00 (best 14.50 at step 900, val_bleu_mean3 14.17)" in result.summary()
 
 
 def test_resume_restores_patience_and_drops_rows_after_the_backup(tmp_path):

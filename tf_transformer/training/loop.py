@@ -117,8 +117,9 @@ class TrainResult:
                 parts.append(f"{key} {self.history[key][-1]:.4g}")
         if self.evaluations:
             best = next(r for r in self.evaluations if r["step"] == self.best_step)
+            mean = next((k for k in best if k.startswith(("val_bleu_mean", "val_loss_mean"))), None)
             parts.append(f"val_bleu {self.evaluations[-1]['val_bleu']:.2f} (best {best['val_bleu']:.2f} "
-                         f"at step {self.best_step})")
+                         f"at step {self.best_step}" + (f", {mean} {best[mean]:.2f})" if mean else ")"))
         if self.stopped_early:
             parts.append(f"stopped early ({self.stopped_early})")
         wrote = []

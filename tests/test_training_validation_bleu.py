@@ -200,6 +200,7 @@ def test_tiny_preset_recipe():
     assert (m.num_layers, m.d_model, m.d_ff, m.num_heads, m.dropout) == (4, 128, 256, 4, 0.3)
     assert cfg.data.tokens_per_batch == 8192 and cfg.data.vocab_size == 10000
     assert t.early_stopping_patience == 10 and t.eval_bleu_every_steps % t.steps_per_epoch == 0
+    assert t.best_metric == "val_bleu" and t.best_metric_window == 5
 
 
 @pytest.mark.parametrize("override, message", [

@@ -2,7 +2,8 @@
 # Reproduce Transformer-Tiny (Wu et al., ACL 2021: test2016 BLEU 41.02) on the bundled
 # Multi30k En->De, on a CPU:
 #   1. train `multi30k_tiny` (builds the shared 10k BPE vocabulary first), with greedy BLEU
-#      on the whole validation set every 100 updates and early stopping (patience 10);
+#      on the whole validation set every 100 updates and early stopping (patience 10 on the
+#      mean of the last 5 evaluations);
 #   2. average the last 10 checkpoints (= the last 10 evaluation points) and the last 5;
 #   3. translate val with beam 4 and beam 5 and length penalties 0.6, 1.0 and 1.4 (then 1.8,
 #      2.2, ... up to 3.0 while val's best row has the largest alpha tried) with the

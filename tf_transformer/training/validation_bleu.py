@@ -220,7 +220,8 @@ class ValidationBLEU(keras.callbacks.Callback):
             if self.log_path is not None:
                 self._append(row)
             self._write_scalar(step, bleu)
-        watched = f"{self.watched_name} {row[self.watched_name]:.2f}; " if self.watched_name in row else ""
+        windowed = self.window > 1 and self.watched_name in row
+        watched = f"{self.watched_name} {row[self.watched_name]:.2f}; " if windowed else ""
         tail = f"{watched}best {self.best:.4g} at step {self.best_step}"
         if self.patience is not None:
             tail += f", {self.bad_evaluations}/{self.patience} without improvement"

@@ -60,3 +60,47 @@ def test_training_model_uses_the_seam():
 
     assert issubclass(TrainingModel, compat.LocalReplicaBuild)
     assert TrainingModel._maybe_symbolic_build is compat.LocalReplicaBuild._maybe_symbolic_build
+
+
+def test_a_continuing_stream_goes_on_across_fit_calls():
+    """Two fit calls on one continuing stream train on batches 0-2, then 3-10 (a plain
+    dataset starts over at 0 in the second call); batches read ahead by a prefetch are not
+    lost between the calls."""
+    import numpy as np
+    import tensorflow as tf
+
+    seen = []
+
+    class Recorder(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(1)
+
+        def call(self, x):
+            return self.dense(x)
+
+        def train_step(self, data):
+            x, _ = data
+            return {"first": x[0, 0]}
+
+    class Collect(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append(int(logs["first"]))
+
+    def index(i):
+        return tf.fill([1, 1], tf.cast(i, tf.float32)), tf.zeros([1, 1])
+
+    dataset = tf.data.Dataset.range(100).map(index).prefetch(8)
+    model = Recorder()
+    model.compile(optimizer="sgd", loss="mse")
+    model(np.zeros((1, 1), "float32"))
+    stream = compat.continuing_stream(dataset)
+    model.fit(stream, epochs=1, steps_per_epoch=3, verbose=0, callbacks=[Collect()])
+    model.fit(stream, epochs=3, initial_epoch=1, steps_per_epoch=4, verbose=0, callbacks=[Collect()])
+    assert seen == list(range(11))
+    seen.clear()
+    for _ in range(2):
+        model.fit(dataset, epochs=1, steps_per_epoch=3, verbose=0, callbacks=[Collect()])
+    assert seen == [0, 1, 2, 0, 1, 2]  # what Keras does with a dataset: a new iterator per call
+    with pytest.raises(NotImplementedError, match="TensorFlow backend only"):
+        stream.get_numpy_iterator()

@@ -39,8 +39,9 @@ train: {{{", ".join(f"{k}: {v}" for k, v in fields.items())}}}
 @pytest.mark.slow
 def test_stopped_and_resumed_run_equals_a_straight_run(tmp_path, monkeypatch):
     """12 updates straight vs 5 updates, then the same run continued to 12 (mid-epoch, two
-    micro-batches per update, dropout 0.3): bitwise-equal weights. Resuming without the
-    stream position (the data replayed from its start, as before) gives other weights."""
+    micro-batches per update, dropout 0.3): bitwise-equal weights, the stream positioned once
+    for both fit calls of the resume. Resuming without the stream position (the data replayed
+    from its start, as before) gives other weights."""
     from tf_transformer.config import load_config
     from tf_transformer.training import loop, train
 
@@ -53,8 +54,19 @@ def test_stopped_and_resumed_run_equals_a_straight_run(tmp_path, monkeypatch):
                   valid_data=False, verbose=0)
     assert first.final_step == 5 and straight.accumulation_steps == 2
     shutil.copytree(tmp_path / "resumed", tmp_path / "replayed")
+    positioned = []
+    stream = loop._stream
+
+    def counted(fn, batches):
+        positioned.append(batches)
+        return stream(fn, batches)
+
+    monkeypatch.setattr(loop, "_stream", counted)
     resumed = train(load_config(str(config)), model_dir=tmp_path / "resumed", valid_data=False, verbose=0)
     assert (resumed.start_step, resumed.final_step) == (5, 12)
+    # two fit calls (updates 5-8 finish epoch 1, then epochs 2) on one stream positioned once,
+    # after the 10 micro-batches of the first 5 updates (not again at update 8)
+    assert positioned == [10]
     diff = max_abs_difference(straight.model.get_weights(), resumed.model.get_weights())
     print(f"exact resume: max abs weight difference {diff}")
     assert diff <= 1e-6

@@ -18,6 +18,10 @@ as an installed Keras (or TensorFlow) no longer has one of them.
 * :func:`seed_generator_states`: the state variables of the ``keras.random.SeedGenerator``
   of every layer (dropout masks), which ``save_weights`` does not save; exact resume saves
   and restores them.
+* :func:`continuing_stream`: a ``model.fit`` input that goes on with one iterator from one
+  ``fit`` call to the next (Keras makes a new iterator per call, which starts the stream
+  over), through Keras' custom data adapter seam (``get_data_adapter`` returns a
+  ``DataAdapter`` it is given as it is).
 """
 
 from __future__ import annotations
@@ -57,6 +61,18 @@ def _tf_internal_distribute():
     return tf.__internal__.distribute
 
 
+def _data_adapters():
+    from keras.src.trainers import data_adapters
+
+    return data_adapters
+
+
+def _data_adapter_base():
+    from keras.src.trainers.data_adapters import data_adapter
+
+    return data_adapter.DataAdapter
+
+
 #: ``(what, owner, attribute)``: ``owner()`` returns the object that must have ``attribute``.
 REQUIREMENTS = (
     ("first-batch build hook of model.fit", lambda: _tf_trainer().TensorFlowTrainer, "_maybe_symbolic_build"),
@@ -66,6 +82,8 @@ REQUIREMENTS = (
     ("seed generators of a layer", lambda: __import__("keras").layers.Dropout(0.5), "_seed_generators"),
     ("multi-worker mode of a MultiWorkerMirroredStrategy", _mwms_extended, "_in_multi_worker_mode"),
     ("merge-call support of a strategy", _tf_internal_distribute, "strategy_supports_no_merge_call"),
+    ("custom data adapters of model.fit", _data_adapters, "get_data_adapter"),
+    ("the data adapter interface", _data_adapter_base, "get_tf_dataset"),
 )
 
 #: Attributes ``Model.compile`` sets that :class:`LocalReplicaBuild` reads.
@@ -103,6 +121,85 @@ def seed_generator_states(model) -> list:
         for generator in getattr(layer, "_seed_generators", ()):
             states.append(generator.state)
     return states
+
+
+# ---------------------------------------------------------------------------------------
+# Input streams
+# ---------------------------------------------------------------------------------------
+
+
+def continuing_stream(dataset):
+    """``dataset`` (a ``tf.data.Dataset`` or a ``tf.distribute`` distributed dataset) as a
+    ``model.fit`` input whose iterator lives across ``fit`` calls: each call goes on where
+    the one before stopped, instead of starting the stream over (Keras makes a new iterator
+    for every ``fit`` call). Batches the iterator had read ahead (prefetched, or fetched to
+    the devices) are not lost either: the next call trains on them.
+
+    The iterator is made on the first call, so a ``fit`` that never starts costs nothing.
+    Only the TensorFlow backend's ``fit`` is served (``get_tf_dataset``). The model must be
+    built and compiled before the first call (as ``TrainingModel`` is): Keras' first-batch
+    build would take that batch from the stream, where a fresh iterator per call gave it back.
+    """
+    import tensorflow as tf
+
+    base = _data_adapter_base()
+
+    class _HeldIterator(tf.distribute.DistributedDataset):
+        # Keras' TensorFlow epoch iterator takes a distributed dataset as it is and calls
+        # ``iter`` on it once per fit call (and again after its first-batch build, which a
+        # built model skips): every call gets the one iterator.
+        def __init__(self, source):
+            self._source = source
+            self._iterator = None
+
+        def __iter__(self):
+            if self._iterator is None:
+                self._iterator = iter(self._source)
+            return self._iterator
+
+        @property
+        def element_spec(self):
+            return self._source.element_spec
+
+        def reduce(self, initial_state, reduce_func):
+            raise TypeError("a continuing training stream cannot be reduced: it is consumed by model.fit")
+
+    class _ContinuingAdapter(base):
+        def __init__(self, source):
+            self._held = _HeldIterator(source)
+
+        def get_tf_dataset(self):
+            return self._held
+
+        def _unsupported(self, what):
+            raise NotImplementedError(f"a continuing training stream serves the TensorFlow backend only ({what})")
+
+        def get_numpy_iterator(self):
+            self._unsupported("numpy iterator")
+
+        def get_jax_iterator(self):
+            self._unsupported("JAX iterator")
+
+        def get_torch_dataloader(self):
+            self._unsupported("torch DataLoader")
+
+        @property
+        def num_batches(self):
+            return None  # endless: fit runs steps_per_epoch steps per epoch
+
+        @property
+        def batch_size(self):
+            return None
+
+        @property
+        def has_partial_batch(self):
+            return False
+
+        @property
+        def partial_batch_size(self):
+            return None
+
+    return _ContinuingAdapter(dataset)
 
 
 # ---------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tf_transformer.compat import continuing_stream
 from tf_transformer.config import Config, ConfigError
 from tf_transformer.errors import DataError, UserError
 from tf_transformer.io import (
@@ -565,9 +566,11 @@ def _fit(run: _Run, trainer: TrainingModel, steps: _Callbacks, train_fn, valid_f
         run.log(f"train: early stopping had already ended this run at step {start_step} (best "
                 f"{run.cfg.train.best_metric} at step {evaluator.best_step}): nothing to train")
         plan, stopped = [], "early_stopping"
+    # One iterator for every fit call, positioned once after the batches consumed so far: a
+    # resume in the middle of an epoch makes two calls (the first finishes that epoch), and a
+    # new iterator for the second would replay the stream from its start a second time.
+    train_ds = continuing_stream(distribute(run.strategy, _stream(train_fn, cb.current_step(trainer) * run.k)))
     for initial_epoch, epochs, updates in plan:
-        # a new iterator per fit call: positioned after the batches consumed so far
-        train_ds = distribute(run.strategy, _stream(train_fn, cb.current_step(trainer) * run.k))
         h = trainer.fit(train_ds, epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=updates * run.k,
                         validation_data=valid_ds, validation_steps=validation_steps, shuffle=False,
                         callbacks=steps.all + lines, verbose=verbose)

@@ -92,7 +92,7 @@ def test_heartbeat_speaks_only_after_silence_names_the_phase_and_stops_when_paus
     from tf_transformer.io import Heartbeat
 
     lines = []
-    beat = Heartbeat("train", log=lines.append, every=0.1)
+    beat = Heartbeat("train", log=lines.append, every=0.1, max_every=0.1)  # no back-off here
     beat.phase("building the model")
     time.sleep(0.35)  # about 3 lines of silence
     building = list(lines)
@@ -115,6 +115,27 @@ def test_heartbeat_speaks_only_after_silence_names_the_phase_and_stops_when_paus
     assert lines[-1].startswith("train: again: ")
 
 
+def test_heartbeat_backs_off_while_the_silence_lasts_and_starts_again_after_output():
+    """every 0.05 s, at most 0.2 s apart: lines at 0.05, 0.15, 0.35, 0.55, 0.75, 0.95 s of a
+    1.0 s silence (6, not the 20 of a fixed 0.05 s); after a line of output the next comes
+    0.05 s into the silence again."""
+    import time
+
+    from tf_transformer.io import Heartbeat
+
+    lines = []
+    beat = Heartbeat("train", log=lines.append, every=0.05, max_every=0.2)
+    beat.phase("skipping")
+    time.sleep(1.0)
+    silent = len(lines)
+    assert 3 <= silent <= 8, lines
+    beat.say("progress")
+    time.sleep(0.12)
+    assert len(lines) >= silent + 2 and lines[silent] == "progress"  # back to 0.05 s after output
+    beat.close()
+    assert Heartbeat("x", every=5.0, max_every=1.0).max_every == 5.0  # never below every
+
+
 def test_first_update_heartbeat_speaks_while_waiting_and_stops_at_the_first_update():
     import time
 
@@ -123,7 +144,7 @@ def test_first_update_heartbeat_speaks_while_waiting_and_stops_at_the_first_upda
     lines = []
     beat = FirstUpdateHeartbeat(every=0.05, log=lines.append)
     beat.on_train_begin()
-    time.sleep(0.3)
+    time.sleep(0.5)  # lines at 0.05, 0.15, 0.35 s (the wait doubles)
     beat.on_train_batch_end(0)
     said = len(lines)
     assert said >= 2 and all(line.startswith("train: preparing the first update") for line in lines)

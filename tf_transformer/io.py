@@ -39,7 +39,10 @@ def say(msg: str) -> None:
 class Heartbeat:
     """A line ``"<who>: <phase>: N s"`` whenever ``every`` seconds pass without output while a
     phase is running, so that a long step (importing TensorFlow, building the model, filling
-    the input pipeline, tracing the training step) never leaves the terminal silent.
+    the input pipeline, tracing the training step) never leaves the terminal silent. While
+    the silence goes on, the wait before the next line doubles, up to ``max_every`` seconds
+    (lines at 5, 15, 35, 75, 135, 195, ... s): a minutes-long step writes a few lines to a
+    log, not one every 5 s. Any output, or a new phase, starts again at ``every``.
 
     Lines written through :meth:`say` count as output (they reset the silence clock).
     :meth:`phase` names what is being done now (``N`` counts from its start), :meth:`pause`
@@ -47,9 +50,12 @@ class Heartbeat:
     the background thread (a later :meth:`phase` starts another). Nothing is printed when every
     phase is quicker than ``every``."""
 
-    def __init__(self, who: str, log: Optional[Callable[[str], None]] = None, every: float = 5.0):
+    def __init__(self, who: str, log: Optional[Callable[[str], None]] = None, every: float = 5.0,
+                 max_every: float = 60.0):
         self.who = who
         self.every = float(every)
+        self.max_every = max(self.every, float(max_every))
+        self._gap = self.every
         self._log = log or say
         self._cond = threading.Condition()
         self._phase: Optional[str] = None
@@ -60,13 +66,14 @@ class Heartbeat:
     def say(self, line: str) -> None:
         """Print ``line`` through the heartbeat's log (and restart the silence clock)."""
         with self._cond:
-            self._last = time.monotonic()
+            self._last, self._gap = time.monotonic(), self.every
             self._log(line)
+            self._cond.notify()  # the beat may be waiting out a longer gap
 
     def phase(self, name: str) -> None:
         """From now on the work is ``name`` (e.g. ``"building the model"``)."""
         with self._cond:
-            self._phase, self._phase_start = name, time.monotonic()
+            self._phase, self._phase_start, self._gap = name, time.monotonic(), self.every
             if self._thread is None:  # the first phase (or the first after close) starts the thread
                 self._closed = False
                 self._thread = threading.Thread(target=self._beat, name=f"tft-heartbeat-{self.who}", daemon=True)
@@ -112,12 +119,12 @@ class Heartbeat:
                     self._cond.wait()
                     continue
                 now = time.monotonic()
-                due = self._last + self.every - now
+                due = self._last + self._gap - now
                 if due > 0:
                     self._cond.wait(due)
                     continue
                 self._log(f"{self.who}: {self._phase}: {now - self._phase_start:.0f} s")
-                self._last = now
+                self._last, self._gap = now, min(2 * self._gap, self.max_every)
 
 
 #: Prefix of the temporary names :func:`atomic_path` writes under (``.partial-<pid>-<name>``).

@@ -153,6 +153,17 @@ def test_first_update_heartbeat_speaks_while_waiting_and_stops_at_the_first_upda
     beat.on_train_end()
     assert len(lines) == said  # silent after the first update
 
+    later = []  # a second fit call of the run (a resume makes two): its wait is not the first one's
+    beat = FirstUpdateHeartbeat(every=0.05, log=later.append, what="skipping the input of 5 updates")
+    beat.on_train_begin()
+    beat.on_train_batch_end(0)
+    beat.on_train_end()
+    beat.on_train_begin()
+    time.sleep(0.2)
+    beat.on_train_batch_end(0)
+    beat.on_train_end()
+    assert later and all(line.startswith("train: preparing the first update of the next epochs: ") for line in later)
+
     quick = []
     beat = FirstUpdateHeartbeat(every=5.0, log=quick.append)
     beat.on_train_begin()

@@ -546,7 +546,7 @@ def _callbacks(run: _Run, trainer: TrainingModel, backup: cb.ResumableBackup, st
                 "(pip install tensorboard)")
             log_dir = None
     if run.info.is_chief:
-        skipped = "skipping the batches already trained on, " if start_step else ""
+        skipped = f"skipping the input of the {start_step:,} updates already trained on, " if start_step else ""
         all_callbacks.append(FirstUpdateHeartbeat(heartbeat=beat, what=f"{skipped}input pipeline filling its "
                                                   "first chunk or buffer, training step being traced"))
     all_callbacks.extend(extra)

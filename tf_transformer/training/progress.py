@@ -118,7 +118,9 @@ class FirstUpdateHeartbeat(keras.callbacks.Callback):
     step, which on a large corpus can take tens of seconds with nothing else to show; this
     says so instead of staying silent. ``heartbeat`` is the :class:`~tf_transformer.io.Heartbeat`
     of the whole command (``train`` makes one); without it the callback runs its own, printing
-    through ``log``. Nothing is printed when the first update comes within ``every`` seconds."""
+    through ``log``. Nothing is printed when the first update comes within ``every`` seconds.
+    ``what`` describes the wait of the first ``fit`` call; later calls of the same run (a
+    resume makes two) wait for nothing but their first step, and say so."""
 
     def __init__(self, every: float = 5.0, log: Optional[Callable[[str], None]] = None,
                  heartbeat: Optional[Heartbeat] = None, what: str = ""):
@@ -127,10 +129,15 @@ class FirstUpdateHeartbeat(keras.callbacks.Callback):
         self.heartbeat = heartbeat or Heartbeat("train", log=log or say, every=every)
         self.what = what or "input pipeline filling its buffers, training step being traced"
         self._waiting = False
+        self._calls = 0
 
     def on_train_begin(self, logs=None):
         self._waiting = True
-        self.heartbeat.phase(f"preparing the first update ({self.what})")
+        self._calls += 1
+        if self._calls == 1:
+            self.heartbeat.phase(f"preparing the first update ({self.what})")
+        else:
+            self.heartbeat.phase("preparing the first update of the next epochs")
 
     def _stop(self):
         if self._waiting:

@@ -569,7 +569,8 @@ def _fit(run: _Run, trainer: TrainingModel, steps: _Callbacks, train_fn, valid_f
     # One iterator for every fit call, positioned once after the batches consumed so far: a
     # resume in the middle of an epoch makes two calls (the first finishes that epoch), and a
     # new iterator for the second would replay the stream from its start a second time.
-    train_ds = continuing_stream(distribute(run.strategy, _stream(train_fn, cb.current_step(trainer) * run.k)))
+    train_ds = (continuing_stream(distribute(run.strategy, _stream(train_fn, cb.current_step(trainer) * run.k)))
+                if plan else None)
     for initial_epoch, epochs, updates in plan:
         h = trainer.fit(train_ds, epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=updates * run.k,
                         validation_data=valid_ds, validation_steps=validation_steps, shuffle=False,

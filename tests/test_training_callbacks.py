@@ -159,7 +159,7 @@ def test_first_update_heartbeat_speaks_while_waiting_and_stops_at_the_first_upda
     beat.on_train_batch_end(0)
     beat.on_train_end()
     beat.on_train_begin()
-    time.sleep(0.2)
+    time.sleep(0.4)
     beat.on_train_batch_end(0)
     beat.on_train_end()
     assert later and all(line.startswith("train: preparing the first update of the next epochs: ") for line in later)

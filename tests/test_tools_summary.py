@@ -1,0 +1,134 @@
+"""tools/multi30k_summary.py: several reproduction runs side by side, with the statistics
+checked against their formulas."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import yaml
+from helpers.tools import load_tool
+
+
+@pytest.fixture(scope="module")
+def summary():
+    return load_tool("multi30k_summary")
+
+
+def meta(bleu: float, sacre: float, ratio: float, run_ons: int = 0, loops: int = 0) -> dict:
+    return {"scores": {"bleu_lc_moses": bleu, "sacrebleu": sacre, "chrf": 63.5, "bleu_lc": bleu - 0.5},
+            "details": {"bleu_lc_moses": f"71.0/47.0/34.0/25.0 (BP=1.000 ratio={ratio:.3f} hyp_len=1 ref_len=1)"},
+            "run_ons": run_ons, "loops": loops}
+
+
+def make_run(root, name: str, seed: int, chosen_test: float, own_test: float, val: float,
+             alpha: float = 3.0, own_alpha: float = 0.6):
+    """A run directory as tools/reproduce_multi30k.sh leaves it (the parts the summary reads)."""
+    run = root / name
+    (run / "report").mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump({"train": {"seed": seed}, "data": {"seed": seed},
+                                                     "decode": {"alpha": own_alpha}}))
+    results = {"average of last 5": {
+        f"val/beam5/alpha{alpha:g}": meta(val, val - 0.4, 0.985),
+        f"val/beam5/alpha{own_alpha:g}": meta(val - 1.0, val - 1.3, 0.915),
+        f"test2016/beam5/alpha{alpha:g}": meta(chosen_test, chosen_test - 0.3, 1.025, run_ons=1, loops=13),
+        f"test2016/beam5/alpha{own_alpha:g}": meta(own_test, own_test - 0.3, 0.952),
+    }, "final": {f"val/beam5/alpha{alpha:g}": meta(val - 2.0, val - 2.3, 0.99)}}
+    payload = {"run": str(run), "updates": 5800, "train_minutes": 103.8,
+               "chosen": ["average of last 5", 5, alpha], "alphas": [0.6, 1.0, 1.4, alpha],
+               "chosen_test2016_intervals": {"bleu_lc_moses": {"score": chosen_test, "low": chosen_test - 1.6,
+                                                               "high": chosen_test + 1.6}},
+               "results": results, "evaluations": []}
+    (run / "report" / "results.json").write_text(json.dumps(payload))
+    return run
+
+
+def test_t_quantiles_match_the_distribution(summary):
+    assert summary.t_quantile(1) == pytest.approx(12.706, abs=1e-3)
+    assert summary.t_quantile(18) == pytest.approx(2.101, abs=1e-3)
+    # beyond the table: the expansion against tabulated values of Student's t
+    for df, exact in ((31, 2.0395), (40, 2.0211), (60, 2.0003), (120, 1.9799), (10_000, 1.9602)):
+        assert summary.t_quantile(df) == pytest.approx(exact, abs=1e-3)
+    with pytest.raises(ValueError):
+        summary.t_quantile(0)
+
+
+def test_describe_against_numpy(summary):
+    values = [40.67, 39.86, 39.70, 40.33, 38.09]
+    d = summary.describe(values)
+    sd = float(np.std(values, ddof=1))
+    half = 2.776 * sd / math.sqrt(5)  # t(0.975, 4)
+    assert d["n"] == 5 and d["min"] == 38.09 and d["max"] == 40.67
+    assert d["mean"] == pytest.approx(np.mean(values)) and d["sd"] == pytest.approx(sd)
+    assert (d["low"], d["high"]) == pytest.approx((np.mean(values) - half, np.mean(values) + half))
+    one = summary.describe([40.0])  # no spread from one run
+    assert one["mean"] == 40.0 and one["sd"] is None and one["low"] is None
+
+
+def test_rows_read_the_chosen_row_and_the_runs_own_alpha(summary, tmp_path):
+    run = make_run(tmp_path, "s8", 8, chosen_test=38.09, own_test=38.96, val=40.75)
+    row = summary.read_run(run)
+    assert (row["weights"], row["beam"], row["alpha"], row["own_alpha"]) == ("average of last 5", 5, 3.0, 0.6)
+    assert (row["train_seed"], row["data_seed"], row["updates"]) == (8, 8, 5800)
+    assert (row["test"], row["test_sacrebleu"], row["val"]) == pytest.approx((38.09, 37.79, 40.75))
+    assert (row["test_length"], row["test_own_alpha"], row["test_own_alpha_length"]) == (1.025, 38.96, 0.952)
+    assert row["alpha_gain"] == pytest.approx(38.09 - 38.96)
+    assert (row["run_ons"], row["loops"]) == (1, 13)
+
+
+def test_a_run_chosen_at_its_own_alpha_gains_nothing(summary, tmp_path):
+    run = make_run(tmp_path, "s1", 1, chosen_test=40.0, own_test=40.0, val=41.0, alpha=0.6)
+    assert summary.read_run(run)["alpha_gain"] == 0.0
+
+
+def test_summary_over_runs_and_goal_counts(summary, tmp_path):
+    chosen, own = [40.55, 38.59, 39.71, 41.10], [40.28, 39.49, 39.98, 40.90]
+    rows = [summary.read_run(make_run(tmp_path, f"s{i}", i, c, o, 40.5 + i / 10))
+            for i, (c, o) in enumerate(zip(chosen, own))]
+    s = summary.summarise(rows, goal_bleu=41.0, goal_sacrebleu=38.5)
+    assert s["figures"]["test"]["mean"] == pytest.approx(np.mean(chosen))
+    assert s["figures"]["test_own_alpha"]["sd"] == pytest.approx(np.std(own, ddof=1))
+    assert s["figures"]["alpha_gain"]["mean"] == pytest.approx(np.mean(np.subtract(chosen, own)))
+    # sacreBLEU is 0.3 below each: 40.25, 38.29, 39.41, 40.80
+    assert s["goals"]["runs_reaching_bleu"] == 1 and s["goals"]["runs_reaching_sacrebleu"] == 3
+    text = summary.markdown(rows, s)
+    assert f"| {np.mean(chosen):.2f} |" in text
+    assert "1 of 4 runs reach 41 test2016 BLEU lc Moses, 3 of 4 reach 38.5 sacreBLEU" in text
+    d = s["figures"]["test"]
+    assert f"lies inside the 95% interval of the mean [{d['low']:.2f}, {d['high']:.2f}]" in text
+    assert "**41.10** [39.50, 42.70]" in text  # the run's own row, with its test-set interval
+
+
+def test_command_line_writes_markdown_and_json(summary, tmp_path, capsys):
+    runs = [make_run(tmp_path, f"s{i}", i, 39.0 + i, 39.5, 40.0) for i in range(3)]
+    out = tmp_path / "summary.json"
+    assert summary.main([str(r) for r in runs] + ["--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.count("| average of last 5, 5, 3 |") == 3
+    written = json.loads(out.read_text())
+    assert [r["test"] for r in written["rows"]] == [39.0, 40.0, 41.0]
+    assert written["summary"]["figures"]["test"]["mean"] == pytest.approx(40.0)
+    # the interval of the mean, 40 +- 4.303 * 1 / sqrt(3) = [37.52, 42.48], holds the goal 41.02
+    assert "lies inside" in text
+
+
+def test_bad_runs_are_named_with_what_to_do(summary, tmp_path, capsys):
+    good = make_run(tmp_path, "good", 1, 40.0, 40.0, 41.0)
+    (tmp_path / "unreported").mkdir()
+    (tmp_path / "unreported" / "config.yaml").write_text("train: {seed: 2}\n")
+    assert summary.main([str(good), str(tmp_path / "unreported")]) == 2
+    err = capsys.readouterr().err
+    assert "unreported has no report yet" in err and "tools/multi30k_report.py --run" in err
+    assert summary.main([str(tmp_path / "nothing")]) == 2
+    assert "is not a run directory" in capsys.readouterr().err
+    assert summary.main([str(good), str(good)]) == 2
+    assert "given twice" in capsys.readouterr().err
+    (good / "report" / "results.json").write_text('{"chosen": ["final", 5, 0.6], "results": {}}')
+    assert summary.main([str(good)]) == 2
+    err = capsys.readouterr().err
+    assert "results.json: not a report of tools/multi30k_report.py" in err and "KeyError" in err
+    (good / "report" / "results.json").write_text("{truncated")
+    assert summary.main([str(good)]) == 2
+    assert "JSONDecodeError" in capsys.readouterr().err

@@ -1,0 +1,216 @@
+#!/usr/bin/env python
+"""Several runs of ``tools/reproduce_multi30k.sh`` side by side: one row per run and what
+they say together, read from each run's ``report/results.json`` (written by
+``tools/multi30k_report.py``).
+
+::
+
+    python tools/multi30k_summary.py runs/seed1 runs/seed2 runs/seed3
+    python tools/multi30k_summary.py runs/seed* --json runs/seeds.json
+
+One test2016 figure is one draw: runs of one recipe that differ only in their seeds spread
+by about +-0.8 BLEU on Multi30k, so a recipe is judged by the mean of several. For each
+figure (test2016 BLEU on lowercased Moses-tokenized text and sacreBLEU of the row chosen on
+val, the same weights and beam at the run's own ``decode.alpha``, and val BLEU) the summary
+gives the mean, the sample standard deviation, the range and a 95% interval for the mean
+(Student's t over the runs: where the recipe's mean lies, not where one more run will land),
+and how many runs reach the goals. The difference "chosen minus own alpha" is what choosing
+the length penalty on val gave on test2016, run by run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import statistics
+import sys
+from pathlib import Path
+
+PUBLISHED_BLEU = 41.02  # Transformer-Tiny, Wu et al. (ACL 2021), test2016, lowercased Moses-tokenized
+# two-sided 95% quantiles of Student's t for 1-30 degrees of freedom
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+         2.052, 2.048, 2.045, 2.042)
+FIGURES = (  # key, heading
+    ("test", "test2016 BLEU lc Moses (chosen on val)"),
+    ("test_sacrebleu", "test2016 sacreBLEU (chosen on val)"),
+    ("test_own_alpha", "test2016 BLEU lc Moses at the run's own alpha"),
+    ("alpha_gain", "chosen minus own alpha (what the alpha choice gave on test2016)"),
+    ("val", "val BLEU lc Moses (chosen)"),
+)
+
+
+class SummaryError(Exception):
+    """A run directory that cannot be summarised; the message says which and why."""
+
+
+def t_quantile(df: int) -> float:
+    """The 97.5% quantile of Student's t with ``df`` degrees of freedom (table to 30, then
+    the Cornish-Fisher expansion, within 0.001 of the exact value there)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be at least 1, got {df}")
+    if df <= len(T_975):
+        return T_975[df - 1]
+    z = 1.959964
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+
+
+def describe(values: list[float]) -> dict:
+    """n, mean, sample sd, min, max and the 95% t interval of the mean (sd and interval need
+    two values; ``None`` below that)."""
+    n = len(values)
+    out = {"n": n, "mean": statistics.fmean(values), "min": min(values), "max": max(values),
+           "sd": None, "low": None, "high": None}
+    if n >= 2:
+        sd = statistics.stdev(values)
+        half = t_quantile(n - 1) * sd / math.sqrt(n)
+        out.update(sd=sd, low=out["mean"] - half, high=out["mean"] + half)
+    return out
+
+
+def _key(split: str, beam: int, alpha: float) -> str:
+    return f"{split}/beam{beam}/alpha{alpha:g}"
+
+
+def _length(meta: dict):
+    match = re.search(r"ratio=([0-9.]+)", meta.get("details", {}).get("bleu_lc_moses", ""))
+    return float(match.group(1)) if match else None
+
+
+def read_run(run: Path) -> dict:
+    """One run's row: its seeds and training, the row chosen on val and the same weights and
+    beam at the run's own ``decode.alpha``."""
+    import yaml
+
+    results_path = run / "report" / "results.json"
+    if not results_path.is_file():
+        what = "is not a run directory" if not (run / "config.yaml").is_file() else "has no report yet"
+        raise SummaryError(f"{run} {what}: {results_path} does not exist (write it with "
+                           f"`python tools/multi30k_report.py --run {run}`, or rerun the reproduction command)")
+    try:
+        payload = json.loads(results_path.read_text(encoding="utf-8"))
+        name, beam, alpha = payload["chosen"]
+        sets = payload["results"]
+        chosen_test = sets[name][_key("test2016", beam, alpha)]
+        chosen_val = sets[name][_key("val", beam, alpha)]
+    except (ValueError, KeyError, TypeError) as e:
+        raise SummaryError(f"{results_path}: not a report of tools/multi30k_report.py "
+                           f"(could not read the chosen row: {type(e).__name__} {e})") from None
+    config = {}
+    if (run / "config.yaml").is_file():
+        config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) or {}
+    train, data, decode = (config.get(k) or {} for k in ("train", "data", "decode"))
+    own_alpha = decode.get("alpha")
+    own = sets[name].get(_key("test2016", beam, own_alpha)) if own_alpha is not None else None
+    row = {
+        "run": str(run), "train_seed": train.get("seed"), "data_seed": data.get("seed"),
+        "updates": payload.get("updates"), "train_minutes": payload.get("train_minutes"),
+        "weights": name, "beam": beam, "alpha": alpha, "own_alpha": own_alpha,
+        "val": chosen_val["scores"]["bleu_lc_moses"],
+        "test": chosen_test["scores"]["bleu_lc_moses"],
+        "test_sacrebleu": chosen_test["scores"]["sacrebleu"],
+        "test_chrf": chosen_test["scores"].get("chrf"),
+        "test_length": _length(chosen_test),
+        "run_ons": chosen_test.get("run_ons"), "loops": chosen_test.get("loops"),
+        "interval": payload.get("chosen_test2016_intervals", {}).get("bleu_lc_moses"),
+        "test_own_alpha": own["scores"]["bleu_lc_moses"] if own else None,
+        "test_own_alpha_length": _length(own) if own else None,
+    }
+    row["alpha_gain"] = row["test"] - row["test_own_alpha"] if own else None
+    return row
+
+
+def summarise(rows: list[dict], goal_bleu: float, goal_sacrebleu: float) -> dict:
+    """The figures of :data:`FIGURES` described over the runs that have them, and the goals'
+    counts."""
+    figures = {}
+    for key, _ in FIGURES:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        if values:
+            figures[key] = describe(values)
+    return {"runs": len(rows), "figures": figures,
+            "goals": {"bleu_lc_moses": goal_bleu, "sacrebleu": goal_sacrebleu,
+                      "runs_reaching_bleu": sum(r["test"] >= goal_bleu for r in rows),
+                      "runs_reaching_sacrebleu": sum(r["test_sacrebleu"] >= goal_sacrebleu for r in rows)}}
+
+
+def _f(value, digits: int = 2) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def markdown(rows: list[dict], summary: dict) -> str:
+    lines = ["| run | seeds (train / data) | updates / training min | chosen: weights, beam, alpha | "
+             "val BLEU lc Moses | **test2016 BLEU lc Moses** (95% interval) | sacreBLEU | chrF2 | length | "
+             "at own alpha (length) | run-ons / loops |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        interval = r["interval"]
+        around = f" [{interval['low']:.2f}, {interval['high']:.2f}]" if interval else ""
+        own = (f"{_f(r['test_own_alpha'])} ({_f(r['test_own_alpha_length'], 3)}) at {r['own_alpha']:g}"
+               if r["test_own_alpha"] is not None else "")
+        minutes = f"{r['train_minutes']:.1f}" if r["train_minutes"] is not None else "?"
+        lines.append(f"| {r['run']} | {r['train_seed']} / {r['data_seed']} | {r['updates']:,} / {minutes} | "
+                     f"{r['weights']}, {r['beam']}, {r['alpha']:g} | {_f(r['val'])} | **{_f(r['test'])}**{around} | "
+                     f"{_f(r['test_sacrebleu'])} | {_f(r['test_chrf'])} | {_f(r['test_length'], 3)} | {own} | "
+                     f"{r['run_ons']} / {r['loops']} |")
+    lines += ["", "| over the runs | n | mean | sd | min | max | 95% interval of the mean |",
+              "|---|---:|---:|---:|---:|---:|---|"]
+    for key, heading in FIGURES:
+        d = summary["figures"].get(key)
+        if d is None:
+            continue
+        interval = f"[{d['low']:.2f}, {d['high']:.2f}]" if d["low"] is not None else "(needs two runs)"
+        lines.append(f"| {heading} | {d['n']} | {d['mean']:.2f} | {_f(d['sd'])} | {d['min']:.2f} | "
+                     f"{d['max']:.2f} | {interval} |")
+    goals = summary["goals"]
+    test = summary["figures"]["test"]
+    lines += ["", f"{goals['runs_reaching_bleu']} of {summary['runs']} runs reach {goals['bleu_lc_moses']:g} "
+              f"test2016 BLEU lc Moses, {goals['runs_reaching_sacrebleu']} of {summary['runs']} reach "
+              f"{goals['sacrebleu']:g} sacreBLEU."]
+    if test["low"] is not None:
+        where = ("inside" if test["low"] <= goals["bleu_lc_moses"] <= test["high"]
+                 else "above" if goals["bleu_lc_moses"] > test["high"] else "below")
+        lines[-1] += (f" The goal {goals['bleu_lc_moses']:g} lies {where} the 95% interval of the mean "
+                      f"[{test['low']:.2f}, {test['high']:.2f}]"
+                      + (f", {(goals['bleu_lc_moses'] - test['mean']) / test['sd']:.1f} standard deviations of "
+                         f"one run from the mean." if test["sd"] else "."))
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(
+        description="Summarise several Multi30k reproduction runs (tools/reproduce_multi30k.sh): one row per "
+                    "run, and mean, sd and a 95% interval of the mean of their test2016 figures.")
+    ap.add_argument("runs", nargs="+", type=Path, help="run directories, each with report/results.json")
+    ap.add_argument("--goal-bleu", type=float, default=PUBLISHED_BLEU,
+                    help="test2016 BLEU (lowercased, Moses-tokenized) to count runs against (default %(default)s, "
+                         "Wu et al.'s Transformer-Tiny)")
+    ap.add_argument("--goal-sacrebleu", type=float, default=38.0,
+                    help="test2016 sacreBLEU to count runs against (default %(default)s)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows and the summary to this file")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    seen, rows = set(), []
+    try:
+        for run in args.runs:
+            if run.resolve() in seen:
+                raise SummaryError(f"{run} is given twice: each run counts once")
+            seen.add(run.resolve())
+            rows.append(read_run(run))
+    except SummaryError as e:
+        print(f"multi30k_summary: error: {e}", file=sys.stderr)
+        return 2
+    summary = summarise(rows, args.goal_bleu, args.goal_sacrebleu)
+    sys.stdout.write(markdown(rows, summary))
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "summary": summary}, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -78,6 +78,25 @@ def test_rows_read_the_chosen_row_and_the_runs_own_alpha(summary, tmp_path):
     assert (row["run_ons"], row["loops"]) == (1, 13)
 
 
+def test_rows_say_how_the_run_was_trained(summary, tmp_path):
+    from tf_transformer.training.sittings import SittingLog
+
+    run = make_run(tmp_path, "s9", 9, chosen_test=40.0, own_test=40.0, val=41.0)
+    row = summary.read_run(run)
+    assert (row["sittings"], row["ended_by"]) == (None, "not recorded")  # a run from before sittings
+    host = {"cpu": "AMD EPYC", "cpus": 2, "cpu_flags": ["avx2"], "gpus": []}
+    for start, end, why in ((0, 3000, "SIGTERM"), (3000, 5800, "max_minutes")):
+        log = SittingLog(run)
+        log.start(start, "default", 1, host_info=host)
+        log.end(end, why, 3000.0)
+    row = summary.read_run(run)
+    assert (row["sittings"], row["ended_by"]) == (2, "the time budget")
+    text = summary.markdown([row], summary.summarise([row], 41.0, 38.0))
+    assert "| 5,800 / 103.8 (2; the time budget) |" in text
+    SittingLog(run).start(5800, "default", 1, host_info=host)  # a third sitting, killed
+    assert summary.read_run(run)["ended_by"] == "no end recorded"
+
+
 def test_a_run_chosen_at_its_own_alpha_gains_nothing(summary, tmp_path):
     run = make_run(tmp_path, "s1", 1, chosen_test=40.0, own_test=40.0, val=41.0, alpha=0.6)
     assert summary.read_run(run)["alpha_gain"] == 0.0
@@ -132,3 +151,36 @@ def test_bad_runs_are_named_with_what_to_do(summary, tmp_path, capsys):
     (good / "report" / "results.json").write_text("{truncated")
     assert summary.main([str(good)]) == 2
     assert "JSONDecodeError" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_tiny_reproduction_is_reported_and_summarised(summary, tmp_path, capsys):
+    """The whole chain on a slice of Multi30k: train the preset (tiny), write the report,
+    summarise it: the report names the run's sitting and what ended it, and the summary's row
+    is the report's chosen row."""
+    from helpers.tiny_multi30k import tiny_overrides
+
+    from tf_transformer.config import load_config
+    from tf_transformer.training import train
+
+    report = load_tool("multi30k_report")
+    overrides = tiny_overrides(tmp_path / "data", train=200, valid=12, test=12) + [
+        "model.num_heads=2", "train.train_steps=12", "train.steps_per_epoch=4", "train.eval_bleu_every_steps=4",
+        "train.early_stopping_patience=null", "train.best_metric_window=1", "train.seed=3", "data.seed=3"]
+    run = tmp_path / "run"
+    train(load_config("multi30k_tiny", overrides), model_dir=run, verbose=0, log=lambda m: None)
+    assert report.main(["--run", str(run), "--beams", "2", "--alphas", "0.6,1.0", "--alpha-step", "0",
+                        "--average", "2"]) == 0
+    text = (run / "report" / "report.md").read_text()
+    assert "1 sitting: 1. " in text and "updates 0-12" in text
+    assert "Training ended by the update limit (train.train_steps)." in text
+    chosen = json.loads((run / "report" / "results.json").read_text())
+    assert chosen["ended_by"] == "train_steps" and len(chosen["sittings"]) == 1
+    capsys.readouterr()
+    assert summary.main([str(run)]) == 0
+    out = capsys.readouterr().out
+    row = summary.read_run(run)
+    name, beam, alpha = chosen["chosen"]
+    assert (row["weights"], row["beam"], row["alpha"], row["train_seed"]) == (name, beam, alpha, 3)
+    assert row["test"] == chosen["results"][name][f"test2016/beam{beam}/alpha{alpha:g}"]["scores"]["bleu_lc_moses"]
+    assert "(1; the update limit)" in out and "(needs two runs)" in out

@@ -215,6 +215,7 @@ def test_sigterm_stops_at_the_update_boundary_with_everything_written_and_resume
     from tf_transformer.config import load_config
     from tf_transformer.training import train
     from tf_transformer.training.callbacks import current_step, list_checkpoints
+    from tf_transformer.training.sittings import read_sittings
 
     class Preempt(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -240,6 +241,9 @@ def test_sigterm_stops_at_the_update_boundary_with_everything_written_and_resume
     resumed = train(load_config(str(config)), model_dir=tmp_path / "run", valid_data=False, verbose=0)
     assert (resumed.start_step, resumed.final_step, resumed.stopped_early) == (6, 12, None)
     assert max_abs_difference(straight.model.get_weights(), resumed.model.get_weights()) <= 1e-6
+    # the run's two sittings: what each trained and what ended it
+    sittings = [(r["sitting"], r["start_step"], r["end_step"], r["ended_by"]) for r in read_sittings(tmp_path / "run")]
+    assert sittings == [(1, 0, 6, "SIGTERM"), (2, 6, 12, "train_steps")]
 
 
 def test_tft_train_exit_status_says_how_training_stopped(monkeypatch, capsys):

@@ -33,6 +33,10 @@ references; the report states the shift from the data next to the choice.
 ``tools/bench/outputs/multi30k/``) adds a paired bootstrap comparison of the chosen row with
 it (difference, 95% interval, p-value on lowercased Moses-tokenized BLEU and sacreBLEU).
 
+The report also says how the run was trained: its sittings (``sittings.jsonl``: each train
+call's span, updates, speed and host) and what ended training (early stopping, the time
+budget, the update limit, a signal).
+
 Writes ``<run>/report/report.md``, ``results.json`` and ``learning-curve.png``
 (validation BLEU and loss against updates and against wall-clock minutes), and prints a
 one-line summary.
@@ -429,6 +433,7 @@ def write_report(args) -> int:
     from tf_transformer.errors import UserError
     from tf_transformer.evaluation.bleu import references_for
     from tf_transformer.io import read_eval_log
+    from tf_transformer.training.sittings import describe_sittings, read_sittings
 
     run = Path(args.run)
     if not (run / "config.yaml").is_file():
@@ -498,6 +503,8 @@ def write_report(args) -> int:
                  f"{best_row['val_bleu']:.2f} at update {best_row['step']}. Evaluation below: "
                  f"{eval_seconds / 60:.1f} min (cached parts not counted)."
                  + (f" Training command: {args.train_seconds / 60:.1f} min." if args.train_seconds else ""))
+    sittings = read_sittings(run)
+    lines += ["", describe_sittings(sittings)]
     lines += ["", f"**Chosen on val** (lowercased Moses-tokenized BLEU): {chosen[0]}, beam {chosen[1]}, "
               f"alpha {chosen[2]:g} (from {', '.join(f'{a:g}' for a in alphas)}"
               + (f"; the grid grew past {max(given):g} while val's best had its largest alpha"
@@ -541,6 +548,7 @@ def write_report(args) -> int:
                      f"{r.get('val_loss', float('nan')):.3f} | {r.get('val_perplexity', float('nan')):.2f} |")
     (out_dir / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     payload = {"run": str(run), "updates": last["step"], "train_minutes": train_minutes, "chosen": list(chosen),
+               "sittings": sittings, "ended_by": sittings[-1].get("ended_by") if sittings else None,
                "alphas": alphas, "stop_rule": cfg.decode.stop_rule,
                "chosen_test2016_intervals": {k: i.as_dict() for k, i in intervals.items()},
                "baseline": ({"path": args.baseline, "comparisons": {k: c.as_dict() for k, c in against.items()}}

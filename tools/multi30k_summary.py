@@ -104,8 +104,15 @@ def read_run(run: Path) -> dict:
     train, data, decode = (config.get(k) or {} for k in ("train", "data", "decode"))
     own_alpha = decode.get("alpha")
     own = sets[name].get(_key("test2016", beam, own_alpha)) if own_alpha is not None else None
+    from tf_transformer.training.sittings import ENDED_BY, read_sittings
+
+    held = read_sittings(run)
+    ended_by = held[-1].get("ended_by") if held else None
     row = {
         "run": str(run), "train_seed": train.get("seed"), "data_seed": data.get("seed"),
+        "sittings": len(held) or None,
+        "ended_by": (ENDED_BY.get(ended_by, ended_by).split(" (train.")[0] if ended_by
+                     else "not recorded" if not held else "no end recorded"),
         "updates": payload.get("updates"), "train_minutes": payload.get("train_minutes"),
         "weights": name, "beam": beam, "alpha": alpha, "own_alpha": own_alpha,
         "val": chosen_val["scores"]["bleu_lc_moses"],
@@ -141,8 +148,9 @@ def _f(value, digits: int = 2) -> str:
 
 
 def markdown(rows: list[dict], summary: dict) -> str:
-    lines = ["| run | seeds (train / data) | updates / training min | chosen: weights, beam, alpha | "
-             "val BLEU lc Moses | **test2016 BLEU lc Moses** (95% interval) | sacreBLEU | chrF2 | length | "
+    lines = ["| run | seeds (train / data) | updates / training min (sittings; ended by) | "
+             "chosen: weights, beam, alpha | val BLEU lc Moses | **test2016 BLEU lc Moses** (95% interval) | "
+             "sacreBLEU | chrF2 | length | "
              "at own alpha (length) | run-ons / loops |",
              "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
@@ -151,7 +159,8 @@ def markdown(rows: list[dict], summary: dict) -> str:
         own = (f"{_f(r['test_own_alpha'])} ({_f(r['test_own_alpha_length'], 3)}) at {r['own_alpha']:g}"
                if r["test_own_alpha"] is not None else "")
         minutes = f"{r['train_minutes']:.1f}" if r["train_minutes"] is not None else "?"
-        lines.append(f"| {r['run']} | {r['train_seed']} / {r['data_seed']} | {r['updates']:,} / {minutes} | "
+        how = f" ({r['sittings'] or '?'}; {r['ended_by']})"
+        lines.append(f"| {r['run']} | {r['train_seed']} / {r['data_seed']} | {r['updates']:,} / {minutes}{how} | "
                      f"{r['weights']}, {r['beam']}, {r['alpha']:g} | {_f(r['val'])} | **{_f(r['test'])}**{around} | "
                      f"{_f(r['test_sacrebleu'])} | {_f(r['test_chrf'])} | {_f(r['test_length'], 3)} | {own} | "
                      f"{r['run_ons']} / {r['loops']} |")

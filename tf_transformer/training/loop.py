@@ -15,6 +15,8 @@ A run directory (``train.model_dir``) holds::
     vocab.model, vocab.vocab     copy of the SentencePiece vocabulary
     checkpoints/ckpt-<step>.weights.h5   every train.checkpoint_every_minutes, last train.keep_checkpoints
     backup/                      weights + optimizer state for resuming (train.backup_every_steps)
+    sittings.jsonl               one line per train call: start/end time, updates, why it ended, speed, host
+    eval.jsonl                   validation BLEU per evaluation (train.eval_bleu_every_steps)
     logs/                        TensorBoard (train/ and validation/)
 
 Running the same command again after a crash resumes from ``backup/`` exactly: at the saved
@@ -63,6 +65,7 @@ from tf_transformer.training import callbacks as cb
 from tf_transformer.training import rundir
 from tf_transformer.training.precision import AUTO, resolve_mixed_precision
 from tf_transformer.training.progress import FirstUpdateHeartbeat, resolve_verbose
+from tf_transformer.training.sittings import SittingLog
 from tf_transformer.training.strategy import (
     TaskInfo,
     describe,
@@ -274,12 +277,35 @@ def train(
         if start_step == 0:  # every worker (each into its own directory), as the later backups
             backup.set_model(trainer)
             backup.save()  # step 0: resumable from the first thing written
-        steps = _callbacks(run, trainer, backup, start_step, callbacks, beat)
-        history, stopped = _fit(run, trainer, steps, train_fn, valid_fn, validation_steps, start_step, verbose)
-        beat.phase("writing the final checkpoint, backup and model")
-        return _save(run, trainer, steps, history, stopped, start_step, vocab_copy)
+        sitting = SittingLog(run.model_dir) if run.info.is_chief else None
+        if sitting is not None:
+            sitting.start(start_step, describe(run.strategy), run.strategy.num_replicas_in_sync)
+        steps = None
+        try:
+            steps = _callbacks(run, trainer, backup, start_step, callbacks, beat)
+            history, stopped = _fit(run, trainer, steps, train_fn, valid_fn, validation_steps, start_step, verbose)
+            beat.phase("writing the final checkpoint, backup and model")
+            result = _save(run, trainer, steps, history, stopped, start_step, vocab_copy)
+        except BaseException as e:
+            if sitting is not None:
+                _end_sitting(sitting, trainer, steps, f"error ({type(e).__name__})", run.log)
+            raise
+        if sitting is not None:
+            reached = result.final_step >= run.cfg.train.train_steps
+            _end_sitting(sitting, trainer, steps, stopped or ("train_steps" if reached else "error (unknown)"), run.log)
+        return result
     finally:
         beat.close()
+
+
+def _end_sitting(sitting: SittingLog, trainer: TrainingModel, steps: Optional["_Callbacks"], ended_by: str,
+                 log: Callable[[str], None]) -> None:
+    """Complete the sitting's line; a failure to write it is logged, never raised over what
+    ended the sitting (the run's own files are written by then, or the error is on its way)."""
+    try:
+        sitting.end(cb.current_step(trainer), ended_by, steps.throughput.seconds if steps is not None else 0.0)
+    except Exception as e:  # e.g. a full disk: the training result stands
+        log(f"train: could not record the end of this sitting in {sitting.path}: {e}")
 
 
 @dataclasses.dataclass

@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "build-vocab": ("tf_transformer.cli.data", "train the shared SentencePiece vocabulary"),
     "prepare": ("tf_transformer.cli.prepare", "tokenize and shard a corpus into TFRecord files for training"),
     "train": ("tf_transformer.cli.train", "train a model with model.fit (the paper's recipe)"),
+    "status": ("tf_transformer.cli.status", "where training runs stand: state, backup, evaluations, sittings"),
     "average": ("tf_transformer.cli.train", "average the last N checkpoints into one model"),
     "translate": ("tf_transformer.cli.decode", "translate a file or stdin with beam search"),
     "evaluate": ("tf_transformer.cli.evaluate", "translate a test set and score it (sacreBLEU, lc Moses BLEU, chrF)"),
@@ -41,7 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 #: Commands that run without TensorFlow (the others import it, quietly, before they run).
-WITHOUT_TENSORFLOW = {"config", "score"}
+WITHOUT_TENSORFLOW = {"config", "score", "status"}
 
 #: Commands whose process ends as soon as they have written everything (:func:`entry`).
 EXIT_AT_ONCE = {"translate", "evaluate"}

@@ -8,7 +8,9 @@ why it ended, its speed, and the host it ran on (CPU model, cores, the vector an
 flags that set its speed, GPUs, TensorFlow version), so a run's figures can be read with the
 machine behind them. The line is written when the sitting starts (``ended: null``) and
 completed when it ends; a sitting killed outright (SIGKILL, power) keeps ``ended: null``, and
-the next sitting's ``start_step`` (the backup it resumed from) shows where it was cut.
+the next sitting's ``start_step`` (the backup it resumed from) shows where it was cut. The
+process id and machine name (``pid``, ``node``) let ``tft status`` tell a sitting still
+training from one that was killed.
 
 ``ended_by`` is one of :data:`ENDED_BY`'s keys, or ``"error (TypeName)"``.
 
@@ -99,7 +101,7 @@ class SittingLog:
     def start(self, step: int, strategy: str, replicas: int, host_info: Optional[dict] = None) -> dict:
         self._row = {"sitting": len(self.rows) + 1, "started": _now(), "ended": None, "start_step": int(step),
                      "end_step": None, "ended_by": None, "train_seconds": None, "updates_per_second": None,
-                     "strategy": strategy, "replicas": int(replicas),
+                     "strategy": strategy, "replicas": int(replicas), "pid": os.getpid(), "node": platform.node(),
                      "host": host_info if host_info is not None else host()}
         self.rows.append(self._row)
         self._write()

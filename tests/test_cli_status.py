@@ -1,0 +1,135 @@
+"""``tft status``: a run's state read from its directory alone, for every way a sitting ends."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tf_transformer.cli import main
+from tf_transformer.training.sittings import SittingLog
+from tf_transformer.training.status import describe_status, run_state, run_status
+
+HOST = {"cpu": "AMD EPYC", "cpus": 2, "cpu_flags": ["avx2", "avx512_bf16"], "gpus": []}
+
+
+def make_run(root, backup_step=600, evaluations=(31.0, 33.5, 33.1, 32.9), patience=10, window=1):
+    """A run directory with what tft train writes, minus the weights' contents."""
+    run = root / "run"
+    (run / "backup").mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump({
+        "name": "multi30k_tiny", "model": {"d_model": 128, "num_layers": 4, "num_heads": 4, "d_ff": 256},
+        "train": {"train_steps": 8000, "early_stopping_patience": patience, "best_metric": "val_bleu",
+                  "best_metric_window": window}}))
+    (run / "backup" / "training_metadata.json").write_text(json.dumps({"epoch": 6, "batch": 0, "step": backup_step}))
+    rows, best, best_step = [], None, None
+    for i, bleu in enumerate(evaluations, start=1):
+        if best is None or bleu > best:
+            best, best_step = bleu, 100 * i
+        rows.append({"step": 100 * i, "minutes": 1.5 * i, "val_bleu": bleu, "val_loss": 2.0 - i / 10,
+                     "best": best, "best_step": best_step})
+    (run / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "checkpoints").mkdir()
+    for step in (200, 300, 400):
+        (run / "checkpoints" / f"ckpt-{step}.weights.h5").write_bytes(b"")
+    (run / "best").mkdir()
+    (run / "best" / "best-200.weights.h5").write_bytes(b"")
+    return run
+
+
+def sitting(run, start, end=None, ended_by=None):
+    log = SittingLog(run)
+    log.start(start, "default (1 replica on CPU)", 1, host_info=HOST)
+    if end is not None:
+        log.end(end, ended_by, 60.0)
+
+
+def test_status_lines_of_a_run(tmp_path):
+    run = make_run(tmp_path)
+    sitting(run, 0, 600, "max_minutes")
+    text = describe_status(run_status(run))
+    lines = text.splitlines()
+    assert lines[0] == f"{run}: multi30k_tiny (d_model 128, num_layers 4, num_heads 4, d_ff 256)"
+    assert lines[1] == ("  state: stopped by the time budget (train.max_minutes) at update 600 of 8,000: rerun the "
+                        "training command to continue from it")
+    assert ("validation: 4 evaluations, the latest at update 400: val_bleu 32.90, val_loss 1.600; best val_bleu "
+            "33.5 at update 200, 2 evaluations since (early stopping after 10)") in lines[2]
+    assert lines[3] == "  checkpoints: 3 kept, updates 200-400; best weights of update 200 in best/"
+    assert lines[4].startswith("  sittings: 1 sitting: 1. ") and "updates 0-600, 10.00 updates/s" in lines[4]
+
+
+@pytest.mark.parametrize("ended_by, backup_step, expected", [
+    ("train_steps", 8000, "finished: update 8,000 of 8,000, the update limit (raise train.train_steps to train on)"),
+    ("early_stopping", 5200, "finished by early stopping at update 5,200 of 8,000"),
+    ("SIGTERM", 3000, "stopped by SIGTERM at update 3,000 of 8,000: rerun the training command to continue from it"),
+    ("error (OSError)", 3000, "stopped by error (OSError) at update 3,000 of 8,000: rerun the training command"),
+    ("nan", 2950, "stopped: the loss became non-finite (no backup of that update was written; newest backup "
+                  "update 2,950 of 8,000)"),
+])
+def test_state_says_why_a_sitting_ended(tmp_path, ended_by, backup_step, expected):
+    run = make_run(tmp_path, backup_step=backup_step)
+    sitting(run, 0, backup_step, ended_by)
+    assert run_state(run_status(run)).startswith(expected)
+
+
+def test_an_open_sitting_is_training_or_cut_off(tmp_path):
+    import platform
+
+    run = make_run(tmp_path, backup_step=650)
+    sitting(run, 0, 600, "max_minutes")
+    sitting(run, 600)  # open: this process's pid and machine
+    status = run_status(run, now=(run / "backup" / "training_metadata.json").stat().st_mtime + 30)
+    here = platform.node()
+    assert run_state(status, node=here, alive=lambda pid: True).startswith(
+        "training now (sitting 2, pid ")
+    assert "newest backup update 650 of 8,000, written 30 s ago" in run_state(status, node=here, alive=lambda p: True)
+    assert run_state(status, node=here, alive=lambda pid: False).startswith(
+        "cut off: sitting 2's process (pid ")
+    assert run_state(status, node=here, alive=lambda pid: False).endswith(
+        "newest backup update 650 of 8,000: rerun the training command to continue from it")
+    # on another machine the process cannot be asked: the backup's age is what there is
+    assert run_state(status, node=here + "-elsewhere").startswith(
+        f"sitting 2 has no recorded end (training on {here} now, or killed): newest backup update 650 of 8,000, "
+        "written 30 s ago")
+    # the real check: this test's own process is alive
+    assert run_state(status).startswith("training now")
+
+
+def test_runs_without_sittings_and_without_backups(tmp_path):
+    run = make_run(tmp_path, backup_step=1200)
+    assert "no sittings recorded (a run from before they were)" in run_state(run_status(run))
+    (run / "backup" / "training_metadata.json").unlink()
+    assert run_state(run_status(run)) == "not started: no backup written yet"
+
+
+def test_windowed_metric_is_named(tmp_path):
+    run = make_run(tmp_path, window=5)
+    assert "best val_bleu (mean of the last 5) 33.5 at update 200" in describe_status(run_status(run))
+
+
+def test_command_prints_text_or_json_and_refuses_non_runs(tmp_path, capsys):
+    run = make_run(tmp_path)
+    sitting(run, 0, 600, "SIGINT")
+    assert main(["status", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "state: stopped by SIGINT (Ctrl-C) at update 600 of 8,000" in out
+    assert main(["status", str(run), "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["backup_step"] == 600 and data["checkpoints"] == [200, 300, 400] and data["state"].startswith("stopped")
+    assert main(["status", str(run), str(tmp_path / "nothing")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and f"{tmp_path / 'nothing'} does not exist: not a run directory" in err
+    (tmp_path / "empty").mkdir()
+    assert main(["status", str(tmp_path / "empty")]) == 2
+    assert "has no config.yaml" in capsys.readouterr().err
+
+
+def test_status_does_not_load_tensorflow(tmp_path):
+    run = make_run(tmp_path)
+    code = ("import sys; from tf_transformer.cli import main; "
+            f"rc = main(['status', {str(run)!r}]); print(rc, 'tensorflow' in sys.modules, 'keras' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip().splitlines()[-1] == "0 False False", done.stdout + done.stderr

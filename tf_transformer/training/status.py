@@ -1,0 +1,173 @@
+"""Where a run stands, read from its directory alone (no TensorFlow, no model): ``tft status``.
+
+:func:`run_status` gathers what a run directory holds: its config, the update of its newest
+backup (what a resumed run starts from) and that backup's age, the evaluations of
+``eval.jsonl`` (latest and best validation score, evaluations since the best against the
+early-stopping patience), the checkpoints and best weights kept, the final model, and the
+sittings of ``sittings.jsonl``. :func:`run_state` turns that into one sentence: training now,
+finished (the update limit, early stopping), stopped and resumable (time budget, a signal,
+an error), or cut off without a recorded end (killed), with what to do next.
+
+Whether a sitting without a recorded end is still training can be told only on the machine
+it ran on (its process id is checked); elsewhere the age of the newest backup is given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import time
+from pathlib import Path
+from typing import Optional, Union
+
+from tf_transformer.errors import UserError
+from tf_transformer.io import CONFIG_FILE, MODEL_FILE, read_eval_log
+from tf_transformer.training.sittings import describe_sittings, ended_by_words, read_sittings
+
+__all__ = ["describe_status", "run_state", "run_status"]
+
+_STEP_FILE = re.compile(r"^(?:ckpt|best)-(\d+)\.weights\.h5$")
+
+
+def _steps(directory: Path, prefix: str) -> list[int]:
+    if not directory.is_dir():
+        return []
+    steps = []
+    for path in directory.glob(f"{prefix}-*.weights.h5"):
+        match = _STEP_FILE.match(path.name)
+        if match:
+            steps.append(int(match.group(1)))
+    return sorted(steps)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def run_status(model_dir: Union[str, os.PathLike], now: Optional[float] = None) -> dict:
+    """What ``model_dir`` holds, as a dict (see the module docstring); raises
+    :class:`~tf_transformer.errors.UserError` when it is not a run directory."""
+    import yaml
+
+    run = Path(model_dir)
+    config_path = run / CONFIG_FILE
+    if not config_path.is_file():
+        what = "does not exist" if not run.exists() else f"has no {CONFIG_FILE}"
+        raise UserError(f"{run} {what}: not a run directory written by tft train (expected {config_path})")
+    try:
+        config = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise UserError(f"{config_path}: not readable YAML ({str(e).splitlines()[0]})") from None
+    now = time.time() if now is None else now
+    train, model = config.get("train") or {}, config.get("model") or {}
+    backup_step = backup_age = None
+    metadata = run / "backup" / "training_metadata.json"
+    if metadata.is_file():
+        try:
+            backup_step = int(json.loads(metadata.read_text(encoding="utf-8"))["step"])
+            backup_age = now - metadata.stat().st_mtime
+        except (ValueError, KeyError, TypeError, OSError):
+            backup_step = None
+    evaluations = read_eval_log(run / "eval.jsonl")
+    model_path = run / MODEL_FILE
+    return {
+        "run": str(run), "name": config.get("name"),
+        "model": {k: model.get(k) for k in ("d_model", "num_layers", "num_heads", "d_ff", "dropout")},
+        "train_steps": train.get("train_steps"), "patience": train.get("early_stopping_patience"),
+        "best_metric": train.get("best_metric") or "val_bleu", "best_metric_window": train.get("best_metric_window"),
+        "backup_step": backup_step, "backup_age_seconds": backup_age,
+        "evaluations": evaluations,
+        "checkpoints": _steps(run / "checkpoints", "ckpt"), "best": _steps(run / "best", "best"),
+        "model_written": model_path.is_file(),
+        "model_age_seconds": now - model_path.stat().st_mtime if model_path.is_file() else None,
+        "sittings": read_sittings(run),
+    }
+
+
+def _ago(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "at an unknown time"
+    if seconds < 90:
+        return f"{seconds:.0f} s ago"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.1f} h ago"
+
+
+def run_state(status: dict, node: Optional[str] = None, alive=_process_alive) -> str:
+    """One sentence: what the run is doing or why it stopped, and what to do next."""
+    node = platform.node() if node is None else node
+    step, total = status["backup_step"], status["train_steps"]
+    at = f"update {step:,}" if step is not None else "no backup yet"
+    of = f" of {total:,}" if total else ""
+    rerun = "rerun the training command to continue from it"
+    sittings = status["sittings"]
+    if sittings and sittings[-1].get("ended") is None:
+        last = sittings[-1]
+        where, pid = last.get("node"), last.get("pid")
+        if where == node and pid is not None:
+            if alive(int(pid)):
+                return (f"training now (sitting {last['sitting']}, pid {pid}, since {last['started']}): newest backup "
+                        f"{at}{of}, written {_ago(status['backup_age_seconds'])}")
+            return (f"cut off: sitting {last['sitting']}'s process (pid {pid}) is gone without recording an end "
+                    f"(killed?); newest backup {at}{of}: {rerun}")
+        return (f"sitting {last['sitting']} has no recorded end (training on {where or 'another machine'} now, or "
+                f"killed): newest backup {at}{of}, written {_ago(status['backup_age_seconds'])}")
+    ended_by = sittings[-1].get("ended_by") if sittings else None
+    if ended_by == "train_steps" or (step is not None and total and step >= total):
+        return f"finished: {at}{of}, the update limit (raise train.train_steps to train on)"
+    if ended_by == "early_stopping":
+        return f"finished by early stopping at {at}{of}"
+    if ended_by == "nan":
+        return (f"stopped: the loss became non-finite (no backup of that update was written; newest backup "
+                f"{at}{of}); lower the learning rate or check the data before continuing")
+    if ended_by is not None:
+        return f"stopped by {ended_by_words(ended_by)} at {at}{of}: {rerun}"
+    if step is None:
+        return "not started: no backup written yet"
+    return (f"newest backup {at}{of}, written {_ago(status['backup_age_seconds'])}; no sittings recorded (a run "
+            f"from before they were), so whether it is training now is not known; if it is not, {rerun}")
+
+
+def describe_status(status: dict, **state_kwargs) -> str:
+    """``tft status``'s text for one run: a few labelled lines."""
+    m = status["model"]
+    shape = ", ".join(f"{k} {v}" for k, v in m.items() if v is not None)
+    lines = [f"{status['run']}: {status['name'] or 'config'} ({shape})",
+             f"  state: {run_state(status, **state_kwargs)}"]
+    evaluations = status["evaluations"]
+    if evaluations:
+        last = evaluations[-1]
+        metric = status["best_metric"]
+        window = status.get("best_metric_window") or 1
+        best_step = last.get("best_step")
+        best_row = next((r for r in evaluations if r.get("step") == best_step), None)
+        since = sum(1 for r in evaluations if best_step is not None and r["step"] > best_step)
+        watched = f"{metric} (mean of the last {window})" if window > 1 else metric
+        text = (f"  validation: {len(evaluations)} evaluations, the latest at update {last['step']:,}: "
+                f"val_bleu {last['val_bleu']:.2f}")
+        if last.get("val_loss") is not None:
+            text += f", val_loss {last['val_loss']:.3f}"
+        if best_row is not None and last.get("best") is not None:
+            text += (f"; best {watched} {last['best']:.4g} at update {best_step:,}, {since} evaluation"
+                     f"{'s' if since != 1 else ''} since"
+                     + (f" (early stopping after {status['patience']})" if status["patience"] else ""))
+        lines.append(text)
+    kept = status["checkpoints"]
+    if kept:
+        lines.append(f"  checkpoints: {len(kept)} kept, updates {kept[0]:,}-{kept[-1]:,}"
+                     + (f"; best weights of update {status['best'][-1]:,} in best/" if status["best"] else ""))
+    if status["model_written"]:
+        lines.append(f"  model: {MODEL_FILE} written {_ago(status['model_age_seconds'])}")
+    lines.append(f"  sittings: {describe_sittings(status['sittings'])}")
+    return "\n".join(lines)

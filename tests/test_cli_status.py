@@ -94,6 +94,10 @@ def test_an_open_sitting_is_training_or_cut_off(tmp_path):
     assert run_state(status, node=here + "-elsewhere").startswith(
         f"sitting 2 has no recorded end (training on {here} now, or killed): newest backup update 650 of 8,000, "
         "written 30 s ago")
+    # its pace from the evaluations: 100 updates per 1.5 minutes; 7,350 updates left = 110.25 min
+    assert run_state(status, node=here, alive=lambda p: True).endswith(
+        "1.11 updates/s over the last evaluations, update 8,000 in about 1 h 50 min at that pace (unless early "
+        "stopping or a time budget ends it first)")
     # the real check: this test's own process is alive
     assert run_state(status).startswith("training now")
 
@@ -103,6 +107,15 @@ def test_runs_without_sittings_and_without_backups(tmp_path):
     assert "no sittings recorded (a run from before they were)" in run_state(run_status(run))
     (run / "backup" / "training_metadata.json").unlink()
     assert run_state(run_status(run)) == "not started: no backup written yet"
+
+
+def test_pace_over_the_last_evaluations():
+    from tf_transformer.training.status import pace
+
+    rows = [{"step": 100 * i, "minutes": m} for i, m in enumerate([2.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0], start=1)]
+    assert pace(rows) == pytest.approx(500 / (5 * 60))  # the first, slow interval is past the window
+    assert pace(rows, last=6) == pytest.approx(600 / (7 * 60))
+    assert pace(rows[:1]) is None and pace([]) is None
 
 
 def test_windowed_metric_is_named(tmp_path):

@@ -104,6 +104,21 @@ def _ago(seconds: Optional[float]) -> str:
     return f"{seconds / 3600:.1f} h ago"
 
 
+def pace(evaluations: list[dict], last: int = 5) -> Optional[float]:
+    """Updates per second of training clock over the last ``last`` evaluation intervals
+    (validation included), or ``None`` with fewer than two evaluations."""
+    rows = [r for r in evaluations if r.get("minutes") is not None][-(last + 1):]
+    if len(rows) < 2:
+        return None
+    updates, minutes = rows[-1]["step"] - rows[0]["step"], rows[-1]["minutes"] - rows[0]["minutes"]
+    return updates / (minutes * 60.0) if updates > 0 and minutes > 0 else None
+
+
+def _duration(seconds: float) -> str:
+    minutes = round(seconds / 60.0)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+
+
 def run_state(status: dict, node: Optional[str] = None, alive=_process_alive) -> str:
     """One sentence: what the run is doing or why it stopped, and what to do next."""
     node = platform.node() if node is None else node
@@ -117,8 +132,12 @@ def run_state(status: dict, node: Optional[str] = None, alive=_process_alive) ->
         where, pid = last.get("node"), last.get("pid")
         if where == node and pid is not None:
             if alive(int(pid)):
+                rate = pace(status["evaluations"])
+                eta = (f"; {rate:.2f} updates/s over the last evaluations, update {total:,} in about "
+                       f"{_duration((total - step) / rate)} at that pace (unless early stopping or a time budget "
+                       f"ends it first)" if rate and total and step is not None and step < total else "")
                 return (f"training now (sitting {last['sitting']}, pid {pid}, since {last['started']}): newest backup "
-                        f"{at}{of}, written {_ago(status['backup_age_seconds'])}")
+                        f"{at}{of}, written {_ago(status['backup_age_seconds'])}{eta}")
             return (f"cut off: sitting {last['sitting']}'s process (pid {pid}) is gone without recording an end "
                     f"(killed?); newest backup {at}{of}: {rerun}")
         return (f"sitting {last['sitting']} has no recorded end (training on {where or 'another machine'} now, or "

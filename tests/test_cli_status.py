@@ -83,23 +83,45 @@ def test_an_open_sitting_is_training_or_cut_off(tmp_path):
     sitting(run, 600)  # open: this process's pid and machine
     status = run_status(run, now=(run / "backup" / "training_metadata.json").stat().st_mtime + 30)
     here = platform.node()
-    assert run_state(status, node=here, alive=lambda pid: True).startswith(
+
+    def running(pid, started):
+        return True
+
+    def gone(pid, started):
+        return False
+
+    assert run_state(status, node=here, alive=running).startswith(
         "training now (sitting 2, pid ")
-    assert "newest backup update 650 of 8,000, written 30 s ago" in run_state(status, node=here, alive=lambda p: True)
-    assert run_state(status, node=here, alive=lambda pid: False).startswith(
+    assert "newest backup update 650 of 8,000, written 30 s ago" in run_state(status, node=here, alive=running)
+    assert run_state(status, node=here, alive=gone).startswith(
         "cut off: sitting 2's process (pid ")
-    assert run_state(status, node=here, alive=lambda pid: False).endswith(
+    assert run_state(status, node=here, alive=gone).endswith(
         "newest backup update 650 of 8,000: rerun the training command to continue from it")
     # on another machine the process cannot be asked: the backup's age is what there is
     assert run_state(status, node=here + "-elsewhere").startswith(
         f"sitting 2 has no recorded end (training on {here} now, or killed): newest backup update 650 of 8,000, "
         "written 30 s ago")
     # its pace from the evaluations: 100 updates per 1.5 minutes; 7,350 updates left = 110.25 min
-    assert run_state(status, node=here, alive=lambda p: True).endswith(
+    assert run_state(status, node=here, alive=running).endswith(
         "1.11 updates/s over the last evaluations, update 8,000 in about 1 h 50 min at that pace (unless early "
         "stopping or a time budget ends it first)")
     # the real check: this test's own process is alive
     assert run_state(status).startswith("training now")
+
+
+def test_a_later_process_with_the_same_pid_is_not_the_sitting(tmp_path):
+    import os
+
+    from tf_transformer.training.sittings import process_start
+    from tf_transformer.training.status import _process_alive
+
+    started = process_start(os.getpid())
+    if started is None:
+        pytest.skip("no /proc on this system")
+    assert _process_alive(os.getpid(), started) and _process_alive(os.getpid())
+    assert not _process_alive(os.getpid(), started + 1)  # same pid, another start: another process
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    assert not _process_alive(int(done.stdout), started)  # gone
 
 
 def test_runs_without_sittings_and_without_backups(tmp_path):

@@ -9,8 +9,8 @@ flags that set its speed, GPUs, TensorFlow version), so a run's figures can be r
 machine behind them. The line is written when the sitting starts (``ended: null``) and
 completed when it ends; a sitting killed outright (SIGKILL, power) keeps ``ended: null``, and
 the next sitting's ``start_step`` (the backup it resumed from) shows where it was cut. The
-process id and machine name (``pid``, ``node``) let ``tft status`` tell a sitting still
-training from one that was killed.
+process id, its start time and the machine name (``pid``, ``process_start``, ``node``) let
+``tft status`` tell a sitting still training from one that was killed.
 
 ``ended_by`` is one of :data:`ENDED_BY`'s keys, or ``"error (TypeName)"``.
 
@@ -65,6 +65,18 @@ def _gpus() -> list[str]:
         return []
 
 
+def process_start(pid: int) -> Optional[int]:
+    """When process ``pid`` started, in clock ticks since boot (Linux's ``/proc/PID/stat``,
+    field 22), or ``None`` where that cannot be read. With the pid it names one process:
+    a later process given the same pid has another start."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        return int(text.rpartition(")")[2].split()[19])  # fields after the command name start at field 3
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def host(cpuinfo: str = "/proc/cpuinfo") -> dict:
     """The machine this process trains on, as recorded with each sitting."""
     try:
@@ -101,7 +113,8 @@ class SittingLog:
     def start(self, step: int, strategy: str, replicas: int, host_info: Optional[dict] = None) -> dict:
         self._row = {"sitting": len(self.rows) + 1, "started": _now(), "ended": None, "start_step": int(step),
                      "end_step": None, "ended_by": None, "train_seconds": None, "updates_per_second": None,
-                     "strategy": strategy, "replicas": int(replicas), "pid": os.getpid(), "node": platform.node(),
+                     "strategy": strategy, "replicas": int(replicas), "pid": os.getpid(),
+                     "process_start": process_start(os.getpid()), "node": platform.node(),
                      "host": host_info if host_info is not None else host()}
         self.rows.append(self._row)
         self._write()

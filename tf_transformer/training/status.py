@@ -24,7 +24,7 @@ from typing import Optional, Union
 
 from tf_transformer.errors import UserError
 from tf_transformer.io import CONFIG_FILE, MODEL_FILE, read_eval_log
-from tf_transformer.training.sittings import describe_sittings, ended_by_words, read_sittings
+from tf_transformer.training.sittings import describe_sittings, ended_by_words, process_start, read_sittings
 
 __all__ = ["describe_status", "run_state", "run_status"]
 
@@ -42,7 +42,14 @@ def _steps(directory: Path, prefix: str) -> list[int]:
     return sorted(steps)
 
 
-def _process_alive(pid: int) -> bool:
+def _process_alive(pid: int, started: Optional[int] = None) -> bool:
+    """Whether process ``pid`` runs on this machine; with ``started`` (its recorded start,
+    :func:`~tf_transformer.training.sittings.process_start`), whether it is that same process
+    and not a later one given the same pid."""
+    if started is not None:
+        now = process_start(pid)
+        if now is not None or os.path.isdir("/proc/self"):  # /proc readable: it answers alone
+            return now == started
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -131,7 +138,7 @@ def run_state(status: dict, node: Optional[str] = None, alive=_process_alive) ->
         last = sittings[-1]
         where, pid = last.get("node"), last.get("pid")
         if where == node and pid is not None:
-            if alive(int(pid)):
+            if alive(int(pid), last.get("process_start")):
                 rate = pace(status["evaluations"])
                 eta = (f"; {rate:.2f} updates/s over the last evaluations, update {total:,} in about "
                        f"{_duration((total - step) / rate)} at that pace (unless early stopping or a time budget "

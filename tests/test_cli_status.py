@@ -127,6 +127,10 @@ def test_a_later_process_with_the_same_pid_is_not_the_sitting(tmp_path):
 def test_runs_without_sittings_and_without_backups(tmp_path):
     run = make_run(tmp_path, backup_step=1200)
     assert "no sittings recorded (a run from before they were)" in run_state(run_status(run))
+    # its evaluations alone show a patience run out: 3 since the best with patience 3
+    stopped = make_run(tmp_path / "old", backup_step=400, patience=3, evaluations=(33.5, 33.1, 32.9, 32.0))
+    assert run_state(run_status(stopped)) == ("finished by early stopping at update 400 of 8,000 (3 evaluations since "
+                                              "the best; no sittings recorded)")
     (run / "backup" / "training_metadata.json").unlink()
     assert run_state(run_status(run)) == "not started: no backup written yet"
 

@@ -111,6 +111,15 @@ def _ago(seconds: Optional[float]) -> str:
     return f"{seconds / 3600:.1f} h ago"
 
 
+def evaluations_since_best(evaluations: list[dict]) -> Optional[int]:
+    """Evaluations after the best one (what early stopping's patience counts), from the
+    ``best_step`` the latest ``eval.jsonl`` row carries; ``None`` without it."""
+    best_step = evaluations[-1].get("best_step") if evaluations else None
+    if best_step is None:
+        return None
+    return sum(1 for r in evaluations if r["step"] > best_step)
+
+
 def pace(evaluations: list[dict], last: int = 5) -> Optional[float]:
     """Updates per second of training clock over the last ``last`` evaluation intervals
     (validation included), or ``None`` with fewer than two evaluations."""
@@ -161,6 +170,9 @@ def run_state(status: dict, node: Optional[str] = None, alive=_process_alive) ->
         return f"stopped by {ended_by_words(ended_by)} at {at}{of}: {rerun}"
     if step is None:
         return "not started: no backup written yet"
+    since, patience = evaluations_since_best(status["evaluations"]), status["patience"]
+    if patience and since is not None and since >= patience:
+        return f"finished by early stopping at {at}{of} ({since} evaluations since the best; no sittings recorded)"
     return (f"newest backup {at}{of}, written {_ago(status['backup_age_seconds'])}; no sittings recorded (a run "
             f"from before they were), so whether it is training now is not known; if it is not, {rerun}")
 
@@ -178,7 +190,7 @@ def describe_status(status: dict, **state_kwargs) -> str:
         window = status.get("best_metric_window") or 1
         best_step = last.get("best_step")
         best_row = next((r for r in evaluations if r.get("step") == best_step), None)
-        since = sum(1 for r in evaluations if best_step is not None and r["step"] > best_step)
+        since = evaluations_since_best(evaluations)
         watched = f"{metric} (mean of the last {window})" if window > 1 else metric
         text = (f"  validation: {len(evaluations)} evaluations, the latest at update {last['step']:,}: "
                 f"val_bleu {last['val_bleu']:.2f}")

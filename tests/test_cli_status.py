@@ -172,3 +172,14 @@ def test_status_does_not_load_tensorflow(tmp_path):
             f"rc = main(['status', {str(run)!r}]); print(rc, 'tensorflow' in sys.modules, 'keras' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.stdout.strip().splitlines()[-1] == "0 False False", done.stdout + done.stderr
+
+
+def test_a_reader_that_leaves_early_gets_no_error(tmp_path):
+    """`tft status RUN | head -3`: the pipe closed before the output is written is not an error."""
+    run = make_run(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "tf_transformer.cli", "status", str(run), str(run)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # before the process has written anything
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141
+    assert err == "", err

@@ -105,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(args, "_clock", None) is not None:
                 args._clock.mark("TensorFlow import")
         code = args._run(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handlers below, not at exit
+    except BrokenPipeError:  # the reader of stdout has gone (e.g. `tft status RUN | head -3`)
+        _silence_stdout()
+        return 141  # as a shell reports a process ended by SIGPIPE
     except UserError as e:
         print(f"tft {args.command}: error: {e}", file=sys.stderr)
         return 2
@@ -122,6 +126,19 @@ def main(argv: list[str] | None = None) -> int:
         if heartbeat is not None:
             heartbeat.close()
     return int(code or 0)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that nothing more is written to a pipe whose reader has
+    gone (the interpreter flushes stdout again at exit)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (e.g. captured output)
+        pass
 
 
 def entry() -> None:

@@ -64,8 +64,9 @@ def test_description_of_sittings(tmp_path):
     text = describe_sittings(read_sittings(tmp_path))  # the second sitting was killed
     assert text.startswith("2 sittings: 1. ")
     assert "updates 0-3,000, 1.00 updates/s" in text and "AMD EPYC 9R14, 2 CPUs, avx2 avx512_bf16" in text
-    assert "2. " in text and "no recorded end, from update 2,950, cut off on Intel Xeon, 2 CPUs, avx2" in text
-    assert text.endswith("Training ended by no end recorded (the process was killed or is still running).")
+    assert "; 2. since " in text and "no recorded end, from update 2,950 on Intel Xeon, 2 CPUs, avx2." in text
+    assert text.endswith("The last sitting has no recorded end: it is still training, or it was killed.")
+    assert "Training ended by" not in text
     assert sittings.ended_by_words("early_stopping") == "early stopping"
     assert sittings.ended_by_words("error (OSError)") == "error (OSError)"
 

@@ -164,12 +164,13 @@ def describe_sittings(rows: list[dict]) -> str:
         return "No sittings recorded (a run trained before this package recorded them)."
     parts = []
     for r in rows:
-        span = f"{_clock(r.get('started'))} to {_clock(r.get('ended')) if r.get('ended') else 'no recorded end'}"
+        span = (f"{_clock(r.get('started'))} to {_clock(r.get('ended'))}" if r.get("ended")
+                else f"since {_clock(r.get('started'))}, no recorded end")
         updates = (f"updates {r['start_step']:,}-{r['end_step']:,}" if r.get("end_step") is not None
                    else f"from update {r['start_step']:,}")
         speed = f", {r['updates_per_second']:.2f} updates/s" if r.get("updates_per_second") else ""
-        ended = "" if r.get("ended") else ", cut off"
-        parts.append(f"{r['sitting']}. {span}, {updates}{speed}{ended} on {_machine(r.get('host') or {})}")
+        parts.append(f"{r['sitting']}. {span}, {updates}{speed} on {_machine(r.get('host') or {})}")
     last = rows[-1]
-    return (f"{len(rows)} sitting{'s' if len(rows) > 1 else ''}: " + "; ".join(parts)
-            + f". Training ended by {ended_by_words(last.get('ended_by'))}.")
+    end = (f"Training ended by {ended_by_words(last.get('ended_by'))}." if last.get("ended")
+           else "The last sitting has no recorded end: it is still training, or it was killed.")
+    return f"{len(rows)} sitting{'s' if len(rows) > 1 else ''}: " + "; ".join(parts) + ". " + end

@@ -17,6 +17,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import sys
 import threading
@@ -410,6 +411,23 @@ def write_run_config(cfg, path: Union[str, os.PathLike]) -> Path:
 
     raw = {"name": cfg.name, **cfg.to_dict()} if cfg.name else cfg.to_dict()
     return atomic_write(path, "# resolved configuration written by tft train\n" + yaml.safe_dump(raw, sort_keys=False))
+
+
+def list_step_files(directory, prefix: str) -> list[tuple[int, Path]]:
+    """``[(step, path), ...]`` of the ``<prefix>-<step>.weights.h5`` files in ``directory``
+    (``ckpt``: the checkpoints, ``best``: the best evaluations' weights), oldest first; ``[]``
+    when the directory does not exist. Here (not in the training package) so that tools and
+    ``tft status`` can list a run's files without Keras."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    pattern = re.compile(rf"^{re.escape(prefix)}-(\d+)\.weights\.h5$")
+    found = []
+    for p in directory.iterdir():
+        m = pattern.match(p.name)
+        if m and p.is_file():
+            found.append((int(m.group(1)), p))
+    return sorted(found)
 
 
 def read_eval_log(path) -> list[dict]:

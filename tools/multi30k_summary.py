@@ -23,12 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import statistics
 import sys
 from pathlib import Path
 
-PUBLISHED_BLEU = 41.02  # Transformer-Tiny, Wu et al. (ACL 2021), test2016, lowercased Moses-tokenized
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import multi30k_report as report  # noqa: E402  (the sibling tool: the published figure, the length ratio)
+
+PUBLISHED_BLEU = report.PUBLISHED["bleu_lc_moses"]
 # two-sided 95% quantiles of Student's t for 1-30 degrees of freedom
 T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
          2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
@@ -75,8 +77,8 @@ def _key(split: str, beam: int, alpha: float) -> str:
 
 
 def _length(meta: dict):
-    match = re.search(r"ratio=([0-9.]+)", meta.get("details", {}).get("bleu_lc_moses", ""))
-    return float(match.group(1)) if match else None
+    ratio = report.length_ratio(meta)
+    return float(ratio) if ratio else None
 
 
 def read_run(run: Path) -> dict:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -30,9 +29,7 @@ import numpy as np
 
 from tf_transformer import compat
 from tf_transformer.errors import DamagedFileError
-from tf_transformer.io import atomic_path, atomic_write, load_weights, save_weights, state_bytes
-
-CHECKPOINT_PATTERN = re.compile(r"^ckpt-(\d+)\.weights\.h5$")
+from tf_transformer.io import atomic_path, atomic_write, list_step_files, load_weights, save_weights, state_bytes
 
 
 def current_step(model) -> int:
@@ -42,15 +39,7 @@ def current_step(model) -> int:
 
 def list_checkpoints(directory) -> list[tuple[int, Path]]:
     """``[(step, path), ...]`` of ``ckpt-<step>.weights.h5`` files, oldest first."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    found = []
-    for p in directory.iterdir():
-        m = CHECKPOINT_PATTERN.match(p.name)
-        if m and p.is_file():
-            found.append((int(m.group(1)), p))
-    return sorted(found)
+    return list_step_files(directory, "ckpt")
 
 
 class _UpdateCounting(keras.callbacks.Callback):

@@ -17,30 +17,15 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import time
 from pathlib import Path
 from typing import Optional, Union
 
 from tf_transformer.errors import UserError
-from tf_transformer.io import CONFIG_FILE, MODEL_FILE, read_eval_log
+from tf_transformer.io import CONFIG_FILE, MODEL_FILE, list_step_files, read_eval_log
 from tf_transformer.training.sittings import describe_sittings, ended_by_words, process_start, read_sittings
 
 __all__ = ["describe_status", "run_state", "run_status"]
-
-_STEP_FILE = re.compile(r"^(?:ckpt|best)-(\d+)\.weights\.h5$")
-
-
-def _steps(directory: Path, prefix: str) -> list[int]:
-    if not directory.is_dir():
-        return []
-    steps = []
-    for path in directory.glob(f"{prefix}-*.weights.h5"):
-        match = _STEP_FILE.match(path.name)
-        if match:
-            steps.append(int(match.group(1)))
-    return sorted(steps)
-
 
 def _process_alive(pid: int, started: Optional[int] = None) -> bool:
     """Whether process ``pid`` runs on this machine; with ``started`` (its recorded start,
@@ -94,7 +79,8 @@ def run_status(model_dir: Union[str, os.PathLike], now: Optional[float] = None) 
         "best_metric": train.get("best_metric") or "val_bleu", "best_metric_window": train.get("best_metric_window"),
         "backup_step": backup_step, "backup_age_seconds": backup_age,
         "evaluations": evaluations,
-        "checkpoints": _steps(run / "checkpoints", "ckpt"), "best": _steps(run / "best", "best"),
+        "checkpoints": [step for step, _ in list_step_files(run / "checkpoints", "ckpt")],
+        "best": [step for step, _ in list_step_files(run / "best", "best")],
         "model_written": model_path.is_file(),
         "model_age_seconds": now - model_path.stat().st_mtime if model_path.is_file() else None,
         "sittings": read_sittings(run),
@@ -178,11 +164,12 @@ def run_state(status: dict, node: Optional[str] = None, alive=_process_alive) ->
 
 
 def describe_status(status: dict, **state_kwargs) -> str:
-    """``tft status``'s text for one run: a few labelled lines."""
+    """``tft status``'s text for one run: a few labelled lines (the state from ``status["state"]``
+    when the caller has worked it out already, else from :func:`run_state`)."""
     m = status["model"]
     shape = ", ".join(f"{k} {v}" for k, v in m.items() if v is not None)
-    lines = [f"{status['run']}: {status['name'] or 'config'} ({shape})",
-             f"  state: {run_state(status, **state_kwargs)}"]
+    state = status.get("state") or run_state(status, **state_kwargs)
+    lines = [f"{status['run']}: {status['name'] or 'config'} ({shape})", f"  state: {state}"]
     evaluations = status["evaluations"]
     if evaluations:
         last = evaluations[-1]

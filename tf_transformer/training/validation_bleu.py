@@ -39,7 +39,7 @@ from typing import Callable, Optional, Sequence
 
 import keras
 
-from tf_transformer.io import atomic_write, read_eval_log, save_weights
+from tf_transformer.io import atomic_write, list_step_files, read_eval_log, save_weights
 from tf_transformer.training.callbacks import current_step
 
 METRICS = ("val_bleu", "val_loss")
@@ -240,7 +240,7 @@ class ValidationBLEU(keras.callbacks.Callback):
 
     def _save_best(self, step: int) -> None:
         save_weights(self.transformer, self.best_dir / f"best-{step}.weights.h5")
-        kept = sorted(self.best_dir.glob("best-*.weights.h5"), key=lambda p: int(p.name.split("-")[1].split(".")[0]))
+        kept = [p for _, p in list_step_files(self.best_dir, "best")]
         # best files are written in improving order: the newest are the best
         for old in kept[: max(0, len(kept) - self.keep_best)]:
             old.unlink(missing_ok=True)

@@ -69,6 +69,9 @@ def test_description_of_sittings(tmp_path):
     assert "Training ended by" not in text
     assert sittings.ended_by_words("early_stopping") == "early stopping"
     assert sittings.ended_by_words("error (OSError)") == "error (OSError)"
+    assert sittings.ended_by_words("max_minutes") == "the time budget (train.max_minutes)"
+    assert sittings.ended_by_words("max_minutes", field=False) == "the time budget"
+    assert sittings.ended_by_words(None, field=False) == "no end recorded"
 
 
 def test_train_records_its_sittings_and_an_error_ends_one(tmp_path):

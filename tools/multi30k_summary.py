@@ -106,15 +106,14 @@ def read_run(run: Path) -> dict:
     train, data, decode = (config.get(k) or {} for k in ("train", "data", "decode"))
     own_alpha = decode.get("alpha")
     own = sets[name].get(_key("test2016", beam, own_alpha)) if own_alpha is not None else None
-    from tf_transformer.training.sittings import ENDED_BY, read_sittings
+    from tf_transformer.training.sittings import ended_by_words, read_sittings
 
     held = read_sittings(run)
     ended_by = held[-1].get("ended_by") if held else None
     row = {
         "run": str(run), "train_seed": train.get("seed"), "data_seed": data.get("seed"),
         "sittings": len(held) or None,
-        "ended_by": (ENDED_BY.get(ended_by, ended_by).split(" (train.")[0] if ended_by
-                     else "not recorded" if not held else "no end recorded"),
+        "ended_by": ended_by_words(ended_by, field=False) if held else "not recorded",
         "updates": payload.get("updates"), "train_minutes": payload.get("train_minutes"),
         "weights": name, "beam": beam, "alpha": alpha, "own_alpha": own_alpha,
         "val": chosen_val["scores"]["bleu_lc_moses"],

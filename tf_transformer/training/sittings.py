@@ -30,19 +30,24 @@ from typing import Optional, Union
 from tf_transformer.io import atomic_write, read_eval_log
 from tf_transformer.training.precision import cpu_flags, cpu_model_name
 
-__all__ = ["ENDED_BY", "FILE", "SittingLog", "describe_sittings", "ended_by_words", "host", "read_sittings"]
+__all__ = [
+    "ENDED_BY", "ENDED_BY_FIELD", "FILE", "SittingLog", "describe_sittings", "ended_by_words", "host", "read_sittings",
+]
 
 FILE = "sittings.jsonl"
 
 #: Why a sitting ended, in words.
 ENDED_BY = {
-    "train_steps": "the update limit (train.train_steps)",
+    "train_steps": "the update limit",
     "early_stopping": "early stopping",
-    "max_minutes": "the time budget (train.max_minutes)",
+    "max_minutes": "the time budget",
     "SIGTERM": "SIGTERM",
     "SIGINT": "SIGINT (Ctrl-C)",
     "nan": "a non-finite loss",
 }
+
+#: The config field behind an ending, where one is.
+ENDED_BY_FIELD = {"train_steps": "train.train_steps", "max_minutes": "train.max_minutes"}
 
 #: The CPU flags that decide how fast this package trains on a CPU (recorded when present).
 SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_fp16")
@@ -137,11 +142,17 @@ class SittingLog:
         atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in self.rows))
 
 
-def ended_by_words(ended_by: Optional[str]) -> str:
-    """``ended_by`` in words; ``None`` (no end recorded) says the process was cut off."""
+def ended_by_words(ended_by: Optional[str], field: bool = True) -> str:
+    """``ended_by`` in words; ``None`` (no end recorded) says the process was cut off.
+
+    ``field`` adds the config field behind the ending in brackets ("the time budget
+    (train.max_minutes)"); without it the words are short enough for a table cell.
+    """
     if ended_by is None:
-        return "no end recorded (the process was killed or is still running)"
-    return ENDED_BY.get(ended_by, ended_by)
+        return ("no end recorded (the process was killed or is still running)" if field
+                else "no end recorded")
+    words = ENDED_BY.get(ended_by, ended_by)
+    return f"{words} ({ENDED_BY_FIELD[ended_by]})" if field and ended_by in ENDED_BY_FIELD else words
 
 
 def _clock(stamp: Optional[str]) -> str:

@@ -67,6 +67,13 @@ def test_description_of_sittings(tmp_path):
     assert "; 2. since " in text and "no recorded end, from update 2,950 on Intel Xeon, 2 CPUs, avx2." in text
     assert text.endswith("The last sitting has no recorded end: it is still training, or it was killed.")
     assert "Training ended by" not in text
+    log = SittingLog(tmp_path)  # a third sitting: the second one was cut off, and that is known now
+    log.start(3000, "default", 1, host_info=_host())
+    log.end(3100, "train_steps", 100.0)
+    text = describe_sittings(read_sittings(tmp_path))
+    assert "; 2. from " in text and ", cut off (no recorded end), updates 2,950-? (sitting 3 resumed from " \
+        "the backup of update 3,000) on Intel Xeon" in text
+    assert text.endswith("Training ended by the update limit (train.train_steps).")
     assert sittings.ended_by_words("early_stopping") == "early stopping"
     assert sittings.ended_by_words("error (OSError)") == "error (OSError)"
     assert sittings.ended_by_words("max_minutes") == "the time budget (train.max_minutes)"

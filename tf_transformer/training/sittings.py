@@ -174,11 +174,20 @@ def describe_sittings(rows: list[dict]) -> str:
     if not rows:
         return "No sittings recorded (a run trained before this package recorded them)."
     parts = []
-    for r in rows:
-        span = (f"{_clock(r.get('started'))} to {_clock(r.get('ended'))}" if r.get("ended")
-                else f"since {_clock(r.get('started'))}, no recorded end")
-        updates = (f"updates {r['start_step']:,}-{r['end_step']:,}" if r.get("end_step") is not None
-                   else f"from update {r['start_step']:,}")
+    for r, after in zip(rows, rows[1:] + [None]):
+        if r.get("ended"):
+            span = f"{_clock(r.get('started'))} to {_clock(r.get('ended'))}"
+        elif after is not None:  # a later sitting followed: this one was cut off (killed, lost with its machine)
+            span = f"from {_clock(r.get('started'))}, cut off (no recorded end)"
+        else:
+            span = f"since {_clock(r.get('started'))}, no recorded end"
+        if r.get("end_step") is not None:
+            updates = f"updates {r['start_step']:,}-{r['end_step']:,}"
+        elif after is not None and after.get("start_step") is not None:
+            updates = (f"updates {r['start_step']:,}-? (sitting {after['sitting']} resumed from the backup of "
+                       f"update {after['start_step']:,})")
+        else:
+            updates = f"from update {r['start_step']:,}"
         speed = f", {r['updates_per_second']:.2f} updates/s" if r.get("updates_per_second") else ""
         parts.append(f"{r['sitting']}. {span}, {updates}{speed} on {_machine(r.get('host') or {})}")
     last = rows[-1]

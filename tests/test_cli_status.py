@@ -16,14 +16,14 @@ from tf_transformer.training.status import describe_status, run_state, run_statu
 HOST = {"cpu": "AMD EPYC", "cpus": 2, "cpu_flags": ["avx2", "avx512_bf16"], "gpus": []}
 
 
-def make_run(root, backup_step=600, evaluations=(31.0, 33.5, 33.1, 32.9), patience=10, window=1):
+def make_run(root, backup_step=600, evaluations=(31.0, 33.5, 33.1, 32.9), patience=10, window=1, max_minutes=None):
     """A run directory with what tft train writes, minus the weights' contents."""
     run = root / "run"
     (run / "backup").mkdir(parents=True)
     (run / "config.yaml").write_text(yaml.safe_dump({
         "name": "multi30k_tiny", "model": {"d_model": 128, "num_layers": 4, "num_heads": 4, "d_ff": 256},
         "train": {"train_steps": 8000, "early_stopping_patience": patience, "best_metric": "val_bleu",
-                  "best_metric_window": window}}))
+                  "best_metric_window": window, "max_minutes": max_minutes}}))
     (run / "backup" / "training_metadata.json").write_text(json.dumps({"epoch": 6, "batch": 0, "step": backup_step}))
     rows, best, best_step = [], None, None
     for i, bleu in enumerate(evaluations, start=1):
@@ -59,6 +59,16 @@ def test_status_lines_of_a_run(tmp_path):
             "33.5 at update 200, 2 evaluations since (early stopping after 10)") in lines[2]
     assert lines[3] == "  checkpoints: 3 kept, updates 200-400; best weights of update 200 in best/"
     assert lines[4].startswith("  sittings: 1 sitting: 1. ") and "updates 0-600, 10.00 updates/s" in lines[4]
+
+
+def test_a_budget_stop_says_the_minutes_so_far_and_that_the_budget_is_per_sitting(tmp_path):
+    run = make_run(tmp_path, backup_step=1200, max_minutes=52.5)
+    sitting(run, 0, 600, "max_minutes")  # each sitting records 60 s of training
+    sitting(run, 600, 1200, "max_minutes")
+    assert run_state(run_status(run)) == (
+        "stopped by the time budget (train.max_minutes) at update 1,200 of 8,000, after 2.0 training minutes in "
+        "2 sittings: rerun the training command to continue from it (train.max_minutes=52.5 budgets each "
+        "sitting afresh: a rerun trains up to that long again)")
 
 
 @pytest.mark.parametrize("ended_by, backup_step, expected", [

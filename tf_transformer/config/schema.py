@@ -283,7 +283,7 @@ class TrainConfig:
     mixed_precision: Optional[str] = None  # None | mixed_float16 | mixed_bfloat16 | auto (bf16 where native)
     jit_compile: bool = False
     validation_steps: Optional[int] = None  # None = whole validation set
-    max_minutes: Optional[float] = None  # stop training after this wall-clock budget
+    max_minutes: Optional[float] = None  # wall-clock budget of each sitting (a resume starts it afresh)
     seed: int = 1234
     # BLEU on the validation set during training (training/validation_bleu.py)
     eval_bleu_every_steps: Optional[int] = None  # None = off; a multiple of steps_per_epoch

@@ -75,7 +75,8 @@ def run_status(model_dir: Union[str, os.PathLike], now: Optional[float] = None) 
     return {
         "run": str(run), "name": config.get("name"),
         "model": {k: model.get(k) for k in ("d_model", "num_layers", "num_heads", "d_ff", "dropout")},
-        "train_steps": train.get("train_steps"), "patience": train.get("early_stopping_patience"),
+        "train_steps": train.get("train_steps"), "max_minutes": train.get("max_minutes"),
+        "patience": train.get("early_stopping_patience"),
         "best_metric": train.get("best_metric") or "val_bleu", "best_metric_window": train.get("best_metric_window"),
         "backup_step": backup_step, "backup_age_seconds": backup_age,
         "evaluations": evaluations,
@@ -152,6 +153,11 @@ def run_state(status: dict, node: Optional[str] = None, alive=_process_alive) ->
     if ended_by == "nan":
         return (f"stopped: the loss became non-finite (no backup of that update was written; newest backup "
                 f"{at}{of}); lower the learning rate or check the data before continuing")
+    if ended_by == "max_minutes" and status.get("max_minutes"):
+        minutes = sum(s.get("train_seconds") or 0.0 for s in sittings) / 60.0
+        return (f"stopped by {ended_by_words(ended_by)} at {at}{of}, after {minutes:.1f} training minutes in "
+                f"{len(sittings)} sitting{'s' if len(sittings) != 1 else ''}: {rerun} (train.max_minutes="
+                f"{status['max_minutes']:g} budgets each sitting afresh: a rerun trains up to that long again)")
     if ended_by is not None:
         return f"stopped by {ended_by_words(ended_by)} at {at}{of}: {rerun}"
     if step is None:

@@ -105,6 +105,21 @@ def test_minutes_left_counts_every_sitting(report, tmp_path, capsys):
     assert capsys.readouterr().out.strip() == "49.900"
 
 
+def test_minutes_left_is_zero_once_early_stopping_ended_the_run(report, tmp_path):
+    from tf_transformer.training.sittings import SittingLog
+
+    rows = [{"step": 100, "minutes": 1.9, "val_bleu": 0.0}, {"step": 5900, "minutes": 98.7, "val_bleu": 37.5}]
+    (tmp_path / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
+    log = SittingLog(tmp_path)
+    log.start(0, "default (1 replica on CPU)", 1, host_info={"cpu": "x", "cpus": 2})
+    log.end(3000, "max_minutes", 60.0)  # a budget stop leaves the rest of the budget to a rerun
+    assert report.minutes_left(tmp_path, 105) == pytest.approx(6.3)
+    log = SittingLog(tmp_path)
+    log.start(3000, "default (1 replica on CPU)", 1, host_info={"cpu": "x", "cpus": 2})
+    log.end(5900, "early_stopping", 60.0)  # finished: nothing left to train, whatever the clock says
+    assert report.minutes_left(tmp_path, 105) == 0.0
+
+
 def test_interval_sentence_places_the_published_figure(report, tmp_path):
     """The report's interval line: the chosen file's bootstrap interval, and whether the
     published figure lies in it."""

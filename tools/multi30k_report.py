@@ -89,7 +89,8 @@ def parse_args(argv=None):
                          "outputs are cached in RUN/report/outputs either way")
     ap.add_argument("--minutes-left", type=float, default=None, metavar="BUDGET",
                     help="print what is left of a whole run's training budget of BUDGET minutes (BUDGET "
-                         "minus the run's training clock at its last evaluation) and exit; "
+                         "minus the run's training clock at its last evaluation; 0 once early stopping "
+                         "ended it) and exit; "
                          "tools/reproduce_multi30k.sh uses it so a resumed run gets only what its earlier "
                          "sittings left")
     ap.add_argument("--train-seconds", type=float, default=None,
@@ -116,9 +117,15 @@ def run_on_count(sources, hypotheses) -> int:
 def minutes_left(run, budget: float) -> float:
     """``budget`` minus the run's training minutes so far: its clock at its last evaluation
     (``eval.jsonl``, summed over every sitting; 0 for a run not started). Training after that
-    evaluation (at most one evaluation interval) is not counted."""
+    evaluation (at most one evaluation interval) is not counted. 0 for a run whose last sitting
+    ended by early stopping: it is finished, and another ``tft train`` would only write its
+    final model again (so the report would decode that model again) and record an empty sitting."""
     from tf_transformer.io import read_eval_log
+    from tf_transformer.training.sittings import read_sittings
 
+    held = read_sittings(run)
+    if held and held[-1].get("ended_by") == "early_stopping":
+        return 0.0
     rows = read_eval_log(Path(run) / "eval.jsonl")
     return float(budget) - (float(rows[-1].get("minutes", 0.0)) if rows else 0.0)
 

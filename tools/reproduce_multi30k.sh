@@ -23,6 +23,9 @@
 #             report compares the chosen row with them (paired bootstrap)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# this checkout's package, for the training and for the report alike (a PY from another checkout's
+# virtualenv, with that checkout installed in editable mode, would otherwise give the report its package)
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 RUN=${1:-runs/multi30k_tiny}
 shift || true
 [ "${1:-}" = "--" ] && shift
@@ -39,7 +42,7 @@ if awk -v left="$LEFT" 'BEGIN { exit !(left > 0) }'; then
     "$PY" -m tf_transformer.cli train --config multi30k_tiny --model-dir "$RUN" \
         --set train.max_minutes="$LEFT" "${OVERRIDES[@]}"
 else
-    echo "reproduce: $RUN has used its training budget of $MINUTES minutes; on to the report" >&2
+    echo "reproduce: $RUN has finished training (early stopping, or its budget of $MINUTES minutes used); on to the report" >&2
 fi
 trained=$(date +%s)
 "$PY" tools/multi30k_report.py --run "$RUN" --train-seconds $((trained - start)) ${BASELINE:+--baseline "$BASELINE"}

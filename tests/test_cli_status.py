@@ -62,13 +62,19 @@ def test_status_lines_of_a_run(tmp_path):
 
 
 def test_a_budget_stop_says_the_minutes_so_far_and_that_the_budget_is_per_sitting(tmp_path):
-    run = make_run(tmp_path, backup_step=1200, max_minutes=52.5)
-    sitting(run, 0, 600, "max_minutes")  # each sitting records 60 s of training
-    sitting(run, 600, 1200, "max_minutes")
-    assert run_state(run_status(run)) == (
-        "stopped by the time budget (train.max_minutes) at update 1,200 of 8,000, after 2.0 training minutes in "
-        "2 sittings: rerun the training command to continue from it (train.max_minutes=52.5 budgets each "
-        "sitting afresh: a rerun trains up to that long again)")
+    run = make_run(tmp_path, backup_step=1200, max_minutes=52.5)  # evaluations to update 400, clock 6.0 min
+    log = SittingLog(run)
+    log.start(0, "default (1 replica on CPU)", 1, host_info=HOST)  # cut off: no end, no training time recorded
+    sitting(run, 600, 1200, "max_minutes")  # records 60 s of training
+    tail = (": rerun the training command to continue from it (train.max_minutes=52.5 budgets each sitting "
+            "afresh: a rerun trains up to that long again)")
+    status = run_status(run)
+    assert run_state(status) == ("stopped by the time budget (train.max_minutes) at update 1,200 of 8,000 after 2 "
+                                 "sittings and 6.0 training minutes (the clock at update 400's evaluation)" + tail)
+    for row in status["evaluations"]:  # no clock in the log: the sittings' recorded times, the cut one missing
+        row.pop("minutes")
+    assert run_state(status) == ("stopped by the time budget (train.max_minutes) at update 1,200 of 8,000 after 2 "
+                                 "sittings and 1.0 training minutes" + tail)
 
 
 @pytest.mark.parametrize("ended_by, backup_step, expected", [

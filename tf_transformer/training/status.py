@@ -122,6 +122,16 @@ def _duration(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
+def _minutes_trained(status: dict) -> str:
+    """The run's training minutes in words: the training clock of its last evaluation (carried
+    across sittings by the backups, so a sitting that was cut off counts up to the backup the
+    next one resumed from), else the sum of the sittings' recorded training times."""
+    row = next((r for r in reversed(status["evaluations"]) if r.get("minutes") is not None), None)
+    if row is not None:
+        return f"{row['minutes']:.1f} training minutes (the clock at update {row['step']:,}'s evaluation)"
+    return f"{sum(s.get('train_seconds') or 0.0 for s in status['sittings']) / 60.0:.1f} training minutes"
+
+
 def run_state(status: dict, node: Optional[str] = None, alive=_process_alive) -> str:
     """One sentence: what the run is doing or why it stopped, and what to do next."""
     node = platform.node() if node is None else node
@@ -154,9 +164,8 @@ def run_state(status: dict, node: Optional[str] = None, alive=_process_alive) ->
         return (f"stopped: the loss became non-finite (no backup of that update was written; newest backup "
                 f"{at}{of}); lower the learning rate or check the data before continuing")
     if ended_by == "max_minutes" and status.get("max_minutes"):
-        minutes = sum(s.get("train_seconds") or 0.0 for s in sittings) / 60.0
-        return (f"stopped by {ended_by_words(ended_by)} at {at}{of}, after {minutes:.1f} training minutes in "
-                f"{len(sittings)} sitting{'s' if len(sittings) != 1 else ''}: {rerun} (train.max_minutes="
+        return (f"stopped by {ended_by_words(ended_by)} at {at}{of} after {len(sittings)} sitting"
+                f"{'s' if len(sittings) != 1 else ''} and {_minutes_trained(status)}: {rerun} (train.max_minutes="
                 f"{status['max_minutes']:g} budgets each sitting afresh: a rerun trains up to that long again)")
     if ended_by is not None:
         return f"stopped by {ended_by_words(ended_by)} at {at}{of}: {rerun}"

@@ -125,6 +125,39 @@ def test_an_open_sitting_is_training_or_cut_off(tmp_path):
     assert run_state(status).startswith("training now")
 
 
+def test_an_open_sitting_under_a_time_budget_says_when_and_near_which_update_it_ends(tmp_path):
+    import datetime
+    import platform
+
+    def running(pid, started):
+        return True
+
+    def state(max_minutes, after_seconds):
+        run = make_run(tmp_path / f"{max_minutes}-{after_seconds}", backup_step=600, max_minutes=max_minutes)
+        sitting(run, 0)  # open, started now
+        stamp = run_status(run)["sittings"][-1]["started"]
+        started = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+        now = started.timestamp() + after_seconds
+        text = run_state(run_status(run, now=now), node=platform.node(), alive=running)
+        return text, started
+
+    # 45 minutes from the sitting's start, 15 gone: the budget ends first, in 30 minutes; the backup of
+    # update 600 is about 15 minutes old, so at 100 updates per 1.5 minutes the sitting ends near
+    # 600 + 2,700 s x 1.11/s = 3,600
+    text, started = state(45, 900)
+    end = started + datetime.timedelta(minutes=45)
+    assert text.endswith(
+        f"1.11 updates/s over the last evaluations; the time budget (train.max_minutes=45) ends this sitting at "
+        f"about {end:%H:%M} UTC, in about 30 min, near update 3,600 at that pace (unless early stopping ends it "
+        "first)"), text
+    # past the budget: the sitting stops at its next update
+    assert state(45, 2800)[0].endswith("its time budget (train.max_minutes=45) is spent: it stops at its next update")
+    # a budget longer than the updates left: the update limit comes first (7,400 updates in 111 min, less
+    # the 15 minutes since the backup)
+    assert state(600, 900)[0].endswith(
+        "update 8,000 in about 1 h 36 min at that pace (unless early stopping or a time budget ends it first)")
+
+
 def test_a_later_process_with_the_same_pid_is_not_the_sitting(tmp_path):
     import os
 

@@ -14,6 +14,7 @@ it ran on (its process id is checked); elsewhere the age of the newest backup is
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import platform
@@ -85,6 +86,7 @@ def run_status(model_dir: Union[str, os.PathLike], now: Optional[float] = None) 
         "model_written": model_path.is_file(),
         "model_age_seconds": now - model_path.stat().st_mtime if model_path.is_file() else None,
         "sittings": read_sittings(run),
+        "now": now,
     }
 
 
@@ -132,6 +134,42 @@ def _minutes_trained(status: dict) -> str:
     return f"{sum(s.get('train_seconds') or 0.0 for s in status['sittings']) / 60.0:.1f} training minutes"
 
 
+def _epoch_seconds(stamp: Optional[str]) -> Optional[float]:
+    """A sitting's UTC stamp ("2026-12-05T21:02:20Z") as seconds since the epoch; ``None`` if absent or odd."""
+    try:
+        when = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")
+    except (TypeError, ValueError):
+        return None
+    return when.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def _outlook(status: dict, sitting: dict) -> str:
+    """Where an open sitting is heading at the pace of the last evaluations: the update limit,
+    or, when ``train.max_minutes`` ends the sitting first, when and near which update it will.
+    The budget counts from the start of the sitting's training loop, a little after the
+    sitting's recorded start, so its end is given as "about"."""
+    step, total, budget = status["backup_step"], status["train_steps"], status.get("max_minutes")
+    rate = pace(status["evaluations"])
+    if not rate or not total or step is None or step >= total:
+        return ""
+    head = f"; {rate:.2f} updates/s over the last evaluations"
+    started = _epoch_seconds(sitting.get("started"))
+    now = status.get("now") or time.time()
+    to_limit = (total - step) / rate - (status.get("backup_age_seconds") or 0.0)
+    if budget and started is not None:
+        left = started + float(budget) * 60.0 - now
+        if left <= 0:
+            return f"{head}; its time budget (train.max_minutes={budget:g}) is spent: it stops at its next update"
+        if left < to_limit:
+            near = step + rate * (left + (status.get("backup_age_seconds") or 0.0))
+            clock = datetime.datetime.fromtimestamp(started + float(budget) * 60.0, datetime.timezone.utc)
+            return (f"{head}; the time budget (train.max_minutes={budget:g}) ends this sitting at about "
+                    f"{clock:%H:%M} UTC, in about {_duration(left)}, near update {int(round(near, -2)):,} at that "
+                    f"pace (unless early stopping ends it first)")
+    return (f"{head}, update {total:,} in about {_duration(max(to_limit, 0.0))} at that pace (unless early "
+            f"stopping or a time budget ends it first)")
+
+
 def run_state(status: dict, node: Optional[str] = None, alive=_process_alive) -> str:
     """One sentence: what the run is doing or why it stopped, and what to do next."""
     node = platform.node() if node is None else node
@@ -145,12 +183,8 @@ def run_state(status: dict, node: Optional[str] = None, alive=_process_alive) ->
         where, pid = last.get("node"), last.get("pid")
         if where == node and pid is not None:
             if alive(int(pid), last.get("process_start")):
-                rate = pace(status["evaluations"])
-                eta = (f"; {rate:.2f} updates/s over the last evaluations, update {total:,} in about "
-                       f"{_duration((total - step) / rate)} at that pace (unless early stopping or a time budget "
-                       f"ends it first)" if rate and total and step is not None and step < total else "")
                 return (f"training now (sitting {last['sitting']}, pid {pid}, since {last['started']}): newest backup "
-                        f"{at}{of}, written {_ago(status['backup_age_seconds'])}{eta}")
+                        f"{at}{of}, written {_ago(status['backup_age_seconds'])}{_outlook(status, last)}")
             return (f"cut off: sitting {last['sitting']}'s process (pid {pid}) is gone without recording an end "
                     f"(killed?); newest backup {at}{of}: {rerun}")
         return (f"sitting {last['sitting']} has no recorded end (training on {where or 'another machine'} now, or "

@@ -83,6 +83,11 @@ def test_errors_blame_the_override_or_the_file_that_holds_the_mistake(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_config(path)
     assert str(e.value).startswith(f"{path}: unknown field train.warmup_step (did you mean warmup_steps?)")
+    # a value that is fine alone but clashes with the file's others: both the file and the override named
+    with pytest.raises(ConfigError) as e:
+        load_config("multi30k_tiny", ["model.d_model=130", "train.seed=3"])
+    assert "multi30k_tiny.yaml with overrides model.d_model=130 train.seed=3: model.d_model=130 is not divisible by " \
+        "model.num_heads=4" in str(e.value)
 
 
 def test_explicit_key_dim_allows_indivisible_d_model():

@@ -275,7 +275,9 @@ def load_config(
     (training fills it from the vocabulary when it is not set)."""
     path = _resolve_path(name_or_path)
     raw = apply_overrides(_load_raw(path), overrides or [])
-    cfg = config_from_dict(raw, source=str(path), validate=validate, require_vocab=require_vocab)
+    # a value an override set is blamed on the override, not only on the file that did not hold it
+    source = f"{path} with overrides {' '.join(overrides)}" if overrides else str(path)
+    cfg = config_from_dict(raw, source=source, validate=validate, require_vocab=require_vocab)
     if cfg.name is None:
         cfg.name = path.stem if path.parent.name != "table3" else "table3/" + path.stem
     return cfg

@@ -32,6 +32,7 @@ from tf_transformer.training.precision import cpu_flags, cpu_model_name
 
 __all__ = [
     "ENDED_BY", "ENDED_BY_FIELD", "FILE", "SittingLog", "describe_sittings", "ended_by_words", "host", "read_sittings",
+    "stamp_seconds",
 ]
 
 FILE = "sittings.jsonl"
@@ -53,8 +54,21 @@ ENDED_BY_FIELD = {"train_steps": "train.train_steps", "max_minutes": "train.max_
 SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_fp16")
 
 
+#: How a sitting's ``started`` and ``ended`` are written: UTC, to the second.
+STAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
 def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.timezone.utc).strftime(STAMP_FORMAT)
+
+
+def stamp_seconds(stamp: Optional[str]) -> Optional[float]:
+    """A sitting's stamp ("2026-12-05T21:02:20Z") as seconds since the epoch; ``None`` if absent or odd."""
+    try:
+        when = datetime.datetime.strptime(stamp, STAMP_FORMAT)
+    except (TypeError, ValueError):
+        return None
+    return when.replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
 def _gpus() -> list[str]:

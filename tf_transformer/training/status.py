@@ -24,7 +24,13 @@ from typing import Optional, Union
 
 from tf_transformer.errors import UserError
 from tf_transformer.io import CONFIG_FILE, MODEL_FILE, list_step_files, read_eval_log
-from tf_transformer.training.sittings import describe_sittings, ended_by_words, process_start, read_sittings
+from tf_transformer.training.sittings import (
+    describe_sittings,
+    ended_by_words,
+    process_start,
+    read_sittings,
+    stamp_seconds,
+)
 
 __all__ = ["describe_status", "run_state", "run_status"]
 
@@ -134,15 +140,6 @@ def _minutes_trained(status: dict) -> str:
     return f"{sum(s.get('train_seconds') or 0.0 for s in status['sittings']) / 60.0:.1f} training minutes"
 
 
-def _epoch_seconds(stamp: Optional[str]) -> Optional[float]:
-    """A sitting's UTC stamp ("2026-12-05T21:02:20Z") as seconds since the epoch; ``None`` if absent or odd."""
-    try:
-        when = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")
-    except (TypeError, ValueError):
-        return None
-    return when.replace(tzinfo=datetime.timezone.utc).timestamp()
-
-
 def _outlook(status: dict, sitting: dict) -> str:
     """Where an open sitting is heading at the pace of the last evaluations: the update limit,
     or, when ``train.max_minutes`` ends the sitting first, when and near which update it will.
@@ -153,16 +150,17 @@ def _outlook(status: dict, sitting: dict) -> str:
     if not rate or not total or step is None or step >= total:
         return ""
     head = f"; {rate:.2f} updates/s over the last evaluations"
-    started = _epoch_seconds(sitting.get("started"))
-    now = status.get("now") or time.time()
-    to_limit = (total - step) / rate - (status.get("backup_age_seconds") or 0.0)
+    started = stamp_seconds(sitting.get("started"))
+    age = status.get("backup_age_seconds") or 0.0  # the run has trained on since its newest backup
+    to_limit = (total - step) / rate - age
     if budget and started is not None:
-        left = started + float(budget) * 60.0 - now
+        end = started + float(budget) * 60.0
+        left = end - (status.get("now") or time.time())
         if left <= 0:
             return f"{head}; its time budget (train.max_minutes={budget:g}) is spent: it stops at its next update"
         if left < to_limit:
-            near = step + rate * (left + (status.get("backup_age_seconds") or 0.0))
-            clock = datetime.datetime.fromtimestamp(started + float(budget) * 60.0, datetime.timezone.utc)
+            near = step + rate * (left + age)
+            clock = datetime.datetime.fromtimestamp(end, datetime.timezone.utc)
             return (f"{head}; the time budget (train.max_minutes={budget:g}) ends this sitting at about "
                     f"{clock:%H:%M} UTC, in about {_duration(left)}, near update {int(round(near, -2)):,} at that "
                     f"pace (unless early stopping ends it first)")

@@ -71,9 +71,14 @@ def test_description_of_sittings(tmp_path):
     log.start(3000, "default", 1, host_info=_host())
     log.end(3100, "train_steps", 100.0)
     text = describe_sittings(read_sittings(tmp_path))
-    assert "; 2. from " in text and ", cut off (no recorded end), updates 2,950-? (sitting 3 resumed from " \
-        "the backup of update 3,000) on Intel Xeon" in text
+    assert "; 2. from " in text and ", cut off (no recorded end), updates 2,950-3,000 kept (sitting 3 resumed " \
+        "from its backup of update 3,000; any updates after that backup were lost) on Intel Xeon" in text
     assert text.endswith("Training ended by the update limit (train.train_steps).")
+    killed = [{**row, "ended": None, "end_step": None} for row in read_sittings(tmp_path)[:2]]
+    killed[1]["start_step"] = killed[0]["start_step"]  # killed again before its first backup
+    assert ("1. from " in describe_sittings(killed)
+            and "cut off (no recorded end), from update 0, nothing kept (sitting 2 started again from update 0)"
+            in describe_sittings(killed))
     assert sittings.ended_by_words("early_stopping") == "early stopping"
     assert sittings.ended_by_words("error (OSError)") == "error (OSError)"
     assert sittings.ended_by_words("max_minutes") == "the time budget (train.max_minutes)"

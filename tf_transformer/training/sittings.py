@@ -198,8 +198,13 @@ def describe_sittings(rows: list[dict]) -> str:
         if r.get("end_step") is not None:
             updates = f"updates {r['start_step']:,}-{r['end_step']:,}"
         elif after is not None and after.get("start_step") is not None:
-            updates = (f"updates {r['start_step']:,}-? (sitting {after['sitting']} resumed from the backup of "
-                       f"update {after['start_step']:,})")
+            if after["start_step"] > r["start_step"]:
+                updates = (f"updates {r['start_step']:,}-{after['start_step']:,} kept (sitting {after['sitting']} "
+                           f"resumed from its backup of update {after['start_step']:,}; any updates after that "
+                           f"backup were lost)")
+            else:
+                updates = (f"from update {r['start_step']:,}, nothing kept (sitting {after['sitting']} started "
+                           f"again from update {after['start_step']:,})")
         else:
             updates = f"from update {r['start_step']:,}"
         speed = f", {r['updates_per_second']:.2f} updates/s" if r.get("updates_per_second") else ""

@@ -76,9 +76,9 @@ def test_description_of_sittings(tmp_path):
     assert text.endswith("Training ended by the update limit (train.train_steps).")
     killed = [{**row, "ended": None, "end_step": None} for row in read_sittings(tmp_path)[:2]]
     killed[1]["start_step"] = killed[0]["start_step"]  # killed again before its first backup
-    assert ("1. from " in describe_sittings(killed)
-            and "cut off (no recorded end), from update 0, nothing kept (sitting 2 started again from update 0)"
-            in describe_sittings(killed))
+    text = describe_sittings(killed)
+    assert "1. from " in text
+    assert "cut off (no recorded end), from update 0, nothing kept (sitting 2 started again from update 0)" in text
     assert sittings.ended_by_words("early_stopping") == "early stopping"
     assert sittings.ended_by_words("error (OSError)") == "error (OSError)"
     assert sittings.ended_by_words("max_minutes") == "the time budget (train.max_minutes)"

@@ -127,6 +127,37 @@ def test_help_of_every_command_imports_no_tensorflow():
     assert proc.stdout.count("usage: tft ") == len(__import__("tf_transformer.cli").cli.COMMANDS)
 
 
+def test_config_mistakes_are_reported_before_tensorflow_loads(tmp_path):
+    """A bad ``--config`` or ``--set`` (or a missing output) of train, tune, prepare and build-vocab
+    is one error line and exit status 2 before the seconds of the TensorFlow import."""
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  d_model: 128\n  num_heads: [3\n")
+    cases = [
+        (["train", "-c", "multi30k_tiny", "--set", "model.d_model=abc"], "model.d_model='abc' must be an integer"),
+        (["train", "-c", str(bad)], "not valid YAML"),
+        (["tune", "-o", str(tmp_path / "t"), "--set", "model.d_modl=3"], "unknown field model.d_modl"),
+        (["tune", "-o", str(tmp_path / "t"), "--max-trials", "0"], "--max-trials 0: must be >= 1"),
+        (["prepare", "-c", "multi30k_tiny", "--output", str(tmp_path / "p")], "no vocabulary"),
+        (["build-vocab", "-c", "base"], "no output given"),
+    ]
+    code = ("import sys\nfrom tf_transformer.cli import main\n"
+            f"for argv in {[argv for argv, _ in cases]!r}:\n"
+            "    print('RC', main(argv), file=sys.stderr, flush=True)\n"
+            "print('LOADED', sorted(m for m in ('tensorflow', 'keras') if m in sys.modules), file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if not line.startswith("train: ")]
+    assert lines[-1] == "LOADED []", proc.stderr
+    errors = [line for line in lines if line.startswith("tft ")]
+    assert [line for line in lines if line.startswith("RC ")] == ["RC 2"] * len(cases), proc.stderr
+    assert len(errors) == len(cases), proc.stderr
+    for (argv, expected), error in zip(cases, errors):
+        assert error.startswith(f"tft {argv[0]}: error: ") and expected in error, (argv, error)
+
+
 def _parsers():
     from tf_transformer.cli import COMMANDS, build_parser
 

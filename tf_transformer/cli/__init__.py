@@ -66,7 +66,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             mod = importlib.import_module(module)
             configure = getattr(mod, "configure_" + name.replace("-", "_"), None) or mod.configure
             configure(p)
-            p.set_defaults(_run=getattr(mod, "run_" + name.replace("-", "_"), None) or mod.run)
+            p.set_defaults(_run=getattr(mod, "run_" + name.replace("-", "_"), None) or mod.run,
+                           _early=getattr(mod, "early_" + name.replace("-", "_"), None) or getattr(mod, "early", None))
     return parser
 
 
@@ -94,12 +95,17 @@ def main(argv: list[str] | None = None) -> int:
         from tf_transformer.io import Heartbeat
 
         heartbeat = args._heartbeat = Heartbeat("train")
-        heartbeat.phase("loading TensorFlow")
     if getattr(args, "timings", False):
         from tf_transformer.cli._common import PhaseClock
 
         args._clock = PhaseClock()
     try:
+        if getattr(args, "_early", None) is not None:
+            # what the command can read and check without TensorFlow (its config, its flags):
+            # a mistake there is reported before the import's seconds, not after them
+            args._early(args)
+        if heartbeat is not None:
+            heartbeat.phase("loading TensorFlow")
         if args.command not in WITHOUT_TENSORFLOW and getattr(args, "engine", "tensorflow") == "tensorflow":
             import_tensorflow(heartbeat)
             if getattr(args, "_clock", None) is not None:

@@ -29,21 +29,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="replace an existing, different model")
 
 
-def run(args: argparse.Namespace) -> int:
+def early(args: argparse.Namespace) -> None:
+    """Read and check the config and the output before TensorFlow is imported: ``args._cfg``."""
     from tf_transformer.config import load_config
-    from tf_transformer.data.tokenizer import build_vocab
     from tf_transformer.errors import UserError
 
     overrides = list(args.overrides)
     if args.vocab_size is not None:
         overrides.append(f"data.vocab_size={args.vocab_size}")
-    cfg = load_config(args.config, overrides)
-    output = args.output or cfg.data.vocab_model
-    if not output:
+    cfg = args._cfg = load_config(args.config, overrides)
+    if not (args.output or cfg.data.vocab_model):
         raise UserError(
             "no output given: pass --output PREFIX (writes PREFIX.model and PREFIX.vocab) "
             "or set data.vocab_model"
         )
+
+
+def run(args: argparse.Namespace) -> int:
+    from tf_transformer.data.tokenizer import build_vocab
+    from tf_transformer.errors import UserError
+
+    if getattr(args, "_cfg", None) is None:  # run called without main()'s early step
+        early(args)
+    cfg = args._cfg
+    output = args.output or cfg.data.vocab_model
     try:
         result = build_vocab(cfg.data, output, overwrite=args.force)
     except UserError as e:

@@ -31,21 +31,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="replace an existing prepared folder")
 
 
-def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
+def early(args: argparse.Namespace) -> None:
+    """Read and check the config and the flags before TensorFlow is imported: ``args._cfg``."""
     from tf_transformer.config import load_config
-    from tf_transformer.data.prepared import prepare
-    from tf_transformer.data.tokenizer import resolve_vocabulary
     from tf_transformer.errors import UserError
 
-    cfg = load_config(args.config, list(args.overrides))
+    cfg = args._cfg = load_config(args.config, list(args.overrides))
     if args.vocab:
         cfg.data.vocab_model = args.vocab
     if not cfg.data.vocab_model:
         raise UserError("no vocabulary: pass --vocab MODEL or set data.vocab_model (tft build-vocab writes one)")
     if args.shards is not None and args.shards < 1:
         raise UserError(f"--shards {args.shards} must be >= 1")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tf_transformer.data.prepared import prepare
+    from tf_transformer.data.tokenizer import resolve_vocabulary
+    from tf_transformer.errors import UserError
+
+    if getattr(args, "_cfg", None) is None:  # run called without main()'s early step
+        early(args)
+    cfg = args._cfg
     tokenizer = resolve_vocabulary(cfg, Path(cfg.data.vocab_model), who="prepare")
     try:
         result = prepare(cfg.data, args.output, tokenizer, shards=args.shards, seed=args.seed,

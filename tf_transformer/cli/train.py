@@ -47,10 +47,9 @@ def configure_train(parser: argparse.ArgumentParser) -> None:
                              "its config.yaml in fields that change the run (refused by default)")
 
 
-def run_train(args: argparse.Namespace) -> int:
+def early_train(args: argparse.Namespace) -> None:
+    """Read and check the config (and ``--set``) before TensorFlow is imported: ``args._cfg``."""
     from tf_transformer.config import load_config
-    from tf_transformer.training.loop import train
-    from tf_transformer.training.rundir import RunContractError
 
     heartbeat = getattr(args, "_heartbeat", None)
     if heartbeat is not None:
@@ -58,7 +57,17 @@ def run_train(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.strategy:
         overrides.append(f"train.strategy={args.strategy}")
-    cfg = load_config(args.config, overrides)
+    args._cfg = load_config(args.config, overrides)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from tf_transformer.training.loop import train
+    from tf_transformer.training.rundir import RunContractError
+
+    heartbeat = getattr(args, "_heartbeat", None)
+    if getattr(args, "_cfg", None) is None:  # run_train called without main()'s early step
+        early_train(args)
+    cfg = args._cfg
     try:
         with flags({"strategy ": "--strategy "}):
             result = train(cfg, model_dir=args.model_dir, verbose="auto" if args.verbose is None else args.verbose,

@@ -78,13 +78,11 @@ def configure_tune(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=2, help="model.fit verbosity")
 
 
-def run_tune(args: argparse.Namespace) -> int:
+def early_tune(args: argparse.Namespace) -> None:
+    """Read and check the config and the numeric flags before TensorFlow is imported: ``args._cfg``."""
     from tf_transformer.config import load_config
-    from tf_transformer.errors import ConfigError
-    from tf_transformer.tuning.hypermodel import SearchSpace
-    from tf_transformer.tuning.search import run_search
 
-    cfg = load_config(args.config, args.overrides)
+    args._cfg = load_config(args.config, args.overrides)
     for flag, value in (("--max-trials", args.max_trials), ("--steps-per-trial", args.steps_per_trial),
                         ("--steps-per-epoch", args.steps_per_epoch), ("--bleu-sentences", args.bleu_sentences),
                         ("--hyperband-factor", args.hyperband_factor)):
@@ -94,6 +92,16 @@ def run_tune(args: argparse.Namespace) -> int:
         raise UserError(f"--hyperband-factor {args.hyperband_factor}: must be >= 2")
     if args.minutes_per_trial is not None and args.minutes_per_trial <= 0:
         raise UserError(f"--minutes-per-trial {args.minutes_per_trial}: must be > 0")
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    from tf_transformer.errors import ConfigError
+    from tf_transformer.tuning.hypermodel import SearchSpace
+    from tf_transformer.tuning.search import run_search
+
+    if getattr(args, "_cfg", None) is None:  # run_tune called without main()'s early step
+        early_tune(args)
+    cfg = args._cfg
     space = SearchSpace.around(cfg.model)
     if args.heads:
         space.num_heads = _int_list(args.heads, "--heads")

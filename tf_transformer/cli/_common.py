@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from tf_transformer.config.schema import STOP_RULES
+from tf_transformer.config.schema import STOP_RULES, Config
 from tf_transformer.errors import UserError
 
 
@@ -89,6 +89,14 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
                 or action.default in (None, False, [], argparse.SUPPRESS)):
             return text
         return text + " (default: %(default)s)"
+
+
+def checked_config(args: argparse.Namespace, early) -> Config:
+    """``args._cfg`` as the command's ``early`` step made it. ``main`` runs that step before
+    TensorFlow is imported; a caller of the run function alone (a test, a script) gets it here."""
+    if getattr(args, "_cfg", None) is None:
+        early(args)
+    return args._cfg
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, *, required: bool = False, default: str | None = None,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from tf_transformer.cli._common import add_config_arguments, plain
+from tf_transformer.cli._common import add_config_arguments, checked_config, plain
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -49,9 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from tf_transformer.data.tokenizer import build_vocab
     from tf_transformer.errors import UserError
 
-    if getattr(args, "_cfg", None) is None:  # run called without main()'s early step
-        early(args)
-    cfg = args._cfg
+    cfg = checked_config(args, early)
     output = args.output or cfg.data.vocab_model
     try:
         result = build_vocab(cfg.data, output, overwrite=args.force)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 
-from tf_transformer.cli._common import add_config_arguments, plain
+from tf_transformer.cli._common import add_config_arguments, checked_config, plain
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -52,9 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from tf_transformer.data.tokenizer import resolve_vocabulary
     from tf_transformer.errors import UserError
 
-    if getattr(args, "_cfg", None) is None:  # run called without main()'s early step
-        early(args)
-    cfg = args._cfg
+    cfg = checked_config(args, early)
     tokenizer = resolve_vocabulary(cfg, Path(cfg.data.vocab_model), who="prepare")
     try:
         result = prepare(cfg.data, args.output, tokenizer, shards=args.shards, seed=args.seed,

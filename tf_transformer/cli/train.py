@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 
-from tf_transformer.cli._common import add_config_arguments, flags, plain
+from tf_transformer.cli._common import add_config_arguments, checked_config, flags, plain
 from tf_transformer.config import STRATEGIES
 from tf_transformer.errors import UserError
 
@@ -65,9 +65,7 @@ def run_train(args: argparse.Namespace) -> int:
     from tf_transformer.training.rundir import RunContractError
 
     heartbeat = getattr(args, "_heartbeat", None)
-    if getattr(args, "_cfg", None) is None:  # run_train called without main()'s early step
-        early_train(args)
-    cfg = args._cfg
+    cfg = checked_config(args, early_train)
     try:
         with flags({"strategy ": "--strategy "}):
             result = train(cfg, model_dir=args.model_dir, verbose="auto" if args.verbose is None else args.verbose,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 
-from tf_transformer.cli._common import add_config_arguments, plain
+from tf_transformer.cli._common import add_config_arguments, checked_config, plain
 from tf_transformer.errors import UserError
 
 #: ``tft tune --help``'s epilog: the examples and what a trial does.
@@ -99,9 +99,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from tf_transformer.tuning.hypermodel import SearchSpace
     from tf_transformer.tuning.search import run_search
 
-    if getattr(args, "_cfg", None) is None:  # run_tune called without main()'s early step
-        early_tune(args)
-    cfg = args._cfg
+    cfg = checked_config(args, early_tune)
     space = SearchSpace.around(cfg.model)
     if args.heads:
         space.num_heads = _int_list(args.heads, "--heads")

@@ -203,6 +203,35 @@ def test_run_from_before_parallel_pipelines_resumes_with_one_pipeline(tmp_path):
         check_contract(two, tmp_path)
 
 
+def test_early_contract_check_refuses_only_what_the_full_check_refuses(tmp_path):
+    """``early_differences`` (before TensorFlow and the vocabulary) compares the config as read
+    with the stored one, leaving out the two values training resolves: a resume of the same
+    command passes, even with a ``model.vocab_size`` the vocabulary will overrule or the
+    default pipeline count; a changed field is found, and the full check finds it too."""
+    from tf_transformer.config import load_config
+    from tf_transformer.io import write_run_config
+    from tf_transformer.training.rundir import (
+        RunContractError,
+        check_contract,
+        early_differences,
+        resolve_pipelines_for,
+    )
+
+    assert early_differences(load_config("multi30k_tiny"), tmp_path) is None  # no run there yet
+    ran = load_config("multi30k_tiny", ["data.parallel_pipelines=1"])
+    ran.data.vocab_model = str(tmp_path / "vocab.model")
+    write_run_config(ran, tmp_path / "config.yaml")
+
+    same = load_config("multi30k_tiny", ["model.vocab_size=8000"])
+    assert same.data.parallel_pipelines == 0
+    assert early_differences(same, tmp_path) == []
+    changed = load_config("multi30k_tiny", ["model.dropout=0.1", "train.max_minutes=400"])
+    assert early_differences(changed, tmp_path) == [("model.dropout", "0.3", "0.1")]
+    resolve_pipelines_for(changed, tmp_path)
+    with pytest.raises(RunContractError, match=r"model\.dropout: 0\.3 -> 0\.1\. Start"):
+        check_contract(changed, tmp_path)
+
+
 @pytest.mark.slow
 def test_sigterm_stops_at_the_update_boundary_with_everything_written_and_resumes_exactly(tmp_path):
     """SIGTERM after update 5 (two micro-batches per update): fit stops at the end of update
@@ -246,7 +275,7 @@ def test_sigterm_stops_at_the_update_boundary_with_everything_written_and_resume
     assert sittings == [(1, 0, 6, "SIGTERM"), (2, 6, 12, "train_steps")]
 
 
-def test_tft_train_exit_status_says_how_training_stopped(monkeypatch, capsys):
+def test_tft_train_exit_status_says_how_training_stopped(monkeypatch, capsys, tmp_path):
     import argparse
 
     from tf_transformer.cli import train as cli_train
@@ -259,8 +288,8 @@ def test_tft_train_exit_status_says_how_training_stopped(monkeypatch, capsys):
         def summary(self):
             return f"stopped early ({self.stopped_early})"
 
-    args = argparse.Namespace(overrides=[], strategy=None, config="multi30k_tiny", model_dir=None, verbose=0,
-                              allow_config_change=False)
+    args = argparse.Namespace(overrides=[], strategy=None, config="multi30k_tiny", model_dir=str(tmp_path / "run"),
+                              verbose=0, allow_config_change=False)
     for why, status in ((None, 0), ("max_minutes", 0), ("early_stopping", 0), ("nan", 1), ("SIGINT", 130),
                         ("SIGTERM", 143)):
         monkeypatch.setattr(loop, "train", lambda cfg, **kw: Result(why))

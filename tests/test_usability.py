@@ -133,9 +133,17 @@ def test_config_mistakes_are_reported_before_tensorflow_loads(tmp_path):
     import subprocess
     import sys
 
+    from tf_transformer.config import load_config
+    from tf_transformer.io import write_run_config
+
     bad = tmp_path / "bad.yaml"
     bad.write_text("model:\n  d_model: 128\n  num_heads: [3\n")
+    run = tmp_path / "run"  # a run to resume under a changed dropout
+    run.mkdir()
+    write_run_config(load_config("multi30k_tiny", ["data.parallel_pipelines=1"]), run / "config.yaml")
     cases = [
+        (["train", "-c", "multi30k_tiny", "--model-dir", str(run), "--set", "model.dropout=0.1"],
+         "model.dropout: 0.3 -> 0.1"),
         (["train", "-c", "multi30k_tiny", "--set", "model.d_model=abc"], "model.d_model='abc' must be an integer"),
         (["train", "-c", str(bad)], "not valid YAML"),
         (["tune", "-o", str(tmp_path / "t"), "--set", "model.d_modl=3"], "unknown field model.d_modl"),

@@ -48,8 +48,11 @@ def configure_train(parser: argparse.ArgumentParser) -> None:
 
 
 def early_train(args: argparse.Namespace) -> None:
-    """Read and check the config (and ``--set``) before TensorFlow is imported: ``args._cfg``."""
+    """Read and check the config (and ``--set``) before TensorFlow is imported: ``args._cfg``.
+    Resuming a run under a config that changes it is refused here too, where that shows
+    without the vocabulary (training repeats the whole check once the vocabulary is read)."""
     from tf_transformer.config import load_config
+    from tf_transformer.training.rundir import RunContractError, early_differences
 
     heartbeat = getattr(args, "_heartbeat", None)
     if heartbeat is not None:
@@ -57,7 +60,13 @@ def early_train(args: argparse.Namespace) -> None:
     overrides = list(args.overrides)
     if args.strategy:
         overrides.append(f"train.strategy={args.strategy}")
-    args._cfg = load_config(args.config, overrides)
+    cfg = load_config(args.config, overrides)
+    model_dir = args.model_dir or cfg.train.model_dir
+    if model_dir and not args.allow_config_change:
+        found = early_differences(cfg, model_dir)
+        if found:
+            raise RunContractError(model_dir, found, override="--allow-config-change")
+    args._cfg = cfg
 
 
 def run_train(args: argparse.Namespace) -> int:

@@ -111,14 +111,11 @@ def resolve_pipelines_for(cfg, model_dir) -> None:
         cfg.data.parallel_pipelines = resolve_pipelines(cfg.data)
 
 
-def check_contract(cfg, model_dir, tokenizer=None, allow_change: bool = False) -> Optional[list]:
-    """Compare ``cfg`` (resolved: vocabulary size filled in) and ``tokenizer``'s vocabulary
-    with the run in ``model_dir``; raise :class:`RunContractError` listing the differences
-    (unless ``allow_change``). Returns the differences (``None``: no run there yet)."""
+def _stored_config(model_dir: Path):
+    """The config of the run in ``model_dir`` (its pipeline count resolved as it ran), or ``None``."""
     from tf_transformer.config import load_config
     from tf_transformer.errors import UserError
 
-    model_dir = Path(model_dir)
     path = model_dir / "config.yaml"
     if not path.is_file():
         return None
@@ -127,6 +124,17 @@ def check_contract(cfg, model_dir, tokenizer=None, allow_change: bool = False) -
     except UserError as e:
         raise ConfigError(f"{path} (the config of the run in {model_dir}) cannot be read: {e}") from None
     old.data.parallel_pipelines = pipelines_that_ran(old.data.parallel_pipelines)
+    return old
+
+
+def check_contract(cfg, model_dir, tokenizer=None, allow_change: bool = False) -> Optional[list]:
+    """Compare ``cfg`` (resolved: vocabulary size filled in) and ``tokenizer``'s vocabulary
+    with the run in ``model_dir``; raise :class:`RunContractError` listing the differences
+    (unless ``allow_change``). Returns the differences (``None``: no run there yet)."""
+    model_dir = Path(model_dir)
+    old = _stored_config(model_dir)
+    if old is None:
+        return None
     found = differences(old, cfg)
     vocab = model_dir / "vocab.model"
     if tokenizer is not None and vocab.is_file():
@@ -138,6 +146,25 @@ def check_contract(cfg, model_dir, tokenizer=None, allow_change: bool = False) -
     if found and not allow_change:
         raise RunContractError(model_dir, found)
     return found
+
+
+def early_differences(cfg, model_dir) -> Optional[list]:
+    """The part of :func:`check_contract` that needs neither TensorFlow nor the vocabulary, for
+    a config as read (before training resolves it): ``cfg`` against the ``config.yaml`` in
+    ``model_dir``; ``None`` when there is no run there yet. The two values training fills in
+    later are not compared here: ``model.vocab_size`` (the vocabulary's size) and a
+    ``data.parallel_pipelines`` of 0 (a resumed run keeps its stored count). So every
+    difference found here is one that :func:`check_contract` finds too."""
+    import copy
+
+    old = _stored_config(Path(model_dir))
+    if old is None:
+        return None
+    new = copy.deepcopy(cfg)
+    new.model.vocab_size = old.model.vocab_size
+    if not new.data.parallel_pipelines:
+        new.data.parallel_pipelines = old.data.parallel_pipelines
+    return differences(old, new)
 
 
 def estimated_parameters(model_cfg) -> int:

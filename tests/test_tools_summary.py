@@ -24,7 +24,7 @@ def meta(bleu: float, sacre: float, ratio: float, run_ons: int = 0, loops: int =
 
 
 def make_run(root, name: str, seed: int, chosen_test: float, own_test: float, val: float,
-             alpha: float = 3.0, own_alpha: float = 0.6):
+             alpha: float = 3.0, own_alpha: float = 0.6, updates: int = 5800):
     """A run directory as tools/reproduce_multi30k.sh leaves it (the parts the summary reads)."""
     run = root / name
     (run / "report").mkdir(parents=True)
@@ -36,7 +36,7 @@ def make_run(root, name: str, seed: int, chosen_test: float, own_test: float, va
         f"test2016/beam5/alpha{alpha:g}": meta(chosen_test, chosen_test - 0.3, 1.025, run_ons=1, loops=13),
         f"test2016/beam5/alpha{own_alpha:g}": meta(own_test, own_test - 0.3, 0.952),
     }, "final": {f"val/beam5/alpha{alpha:g}": meta(val - 2.0, val - 2.3, 0.99)}}
-    payload = {"run": str(run), "updates": 5800, "train_minutes": 103.8,
+    payload = {"run": str(run), "updates": updates, "train_minutes": 103.8,
                "chosen": ["average of last 5", 5, alpha], "alphas": [0.6, 1.0, 1.4, alpha],
                "chosen_test2016_intervals": {"bleu_lc_moses": {"score": chosen_test, "low": chosen_test - 1.6,
                                                                "high": chosen_test + 1.6}},
@@ -131,6 +131,34 @@ def test_command_line_writes_markdown_and_json(summary, tmp_path, capsys):
     assert written["summary"]["figures"]["test"]["mean"] == pytest.approx(40.0)
     # the interval of the mean, 40 +- 4.303 * 1 / sqrt(3) = [37.52, 42.48], holds the goal 41.02
     assert "lies inside" in text
+
+
+def test_paired_runs_give_the_differences_and_their_interval(summary, tmp_path, capsys):
+    """--paired-with: run i minus partner i for each figure, described as the runs are (checked
+    against NumPy), with the count of pairs higher and lower; each pair in its own row."""
+    after = [(40.1, 40.3, 40.9, 7400), (39.2, 39.9, 40.2, 6650), (40.6, 40.0, 41.3, 8000)]
+    before = [(39.3, 39.8, 40.5, 6391), (39.6, 39.8, 40.9, 6187), (39.7, 39.9, 40.6, 5465)]
+    runs = [make_run(tmp_path, f"c{i}", i, t, o, v, updates=u) for i, (t, o, v, u) in enumerate(after)]
+    pairs = [make_run(tmp_path, f"b{i}", i, t, o, v, updates=u) for i, (t, o, v, u) in enumerate(before)]
+    out = tmp_path / "paired.json"
+    assert summary.main([str(r) for r in runs] + ["--paired-with"] + [str(r) for r in pairs]
+                        + ["--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    written = json.loads(out.read_text())["paired"]["figures"]
+    for index, key in enumerate(("test", "test_own_alpha", "val", "updates")):
+        diffs = np.subtract([a[index] for a in after], [b[index] for b in before])
+        d = written[key]
+        half = 4.303 * np.std(diffs, ddof=1) / math.sqrt(3)  # t(0.975, 2)
+        assert d["mean"] == pytest.approx(np.mean(diffs)) and d["sd"] == pytest.approx(np.std(diffs, ddof=1))
+        assert (d["low"], d["high"]) == pytest.approx((np.mean(diffs) - half, np.mean(diffs) + half))
+        assert (d["higher"], d["lower"]) == (int((diffs > 0).sum()), int((diffs < 0).sum()))
+    assert f"| {runs[1]} | {pairs[1]} | 6,650 / 6,187 (+463) | 39.20 / 39.60 (-0.40) |" in text
+    assert f"| test2016 BLEU lc Moses (chosen on val) | 3 | {np.mean([0.8, -0.4, 0.9]):+.2f} |" in text
+    # one partner per run, and a run cannot be its own partner
+    assert summary.main([str(r) for r in runs] + ["--paired-with"] + [str(r) for r in pairs[:2]]) == 2
+    assert "--paired-with gives 2 run(s) for 3" in capsys.readouterr().err
+    assert summary.main([str(runs[0]), "--paired-with", str(runs[0])]) == 2
+    assert "given twice" in capsys.readouterr().err
 
 
 def test_bad_runs_are_named_with_what_to_do(summary, tmp_path, capsys):

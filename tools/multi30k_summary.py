@@ -7,6 +7,7 @@ they say together, read from each run's ``report/results.json`` (written by
 
     python tools/multi30k_summary.py runs/seed1 runs/seed2 runs/seed3
     python tools/multi30k_summary.py runs/seed* --json runs/seeds.json
+    python tools/multi30k_summary.py runs/b-s1 runs/b-s2 --paired-with runs/a-s1 runs/a-s2
 
 One test2016 figure is one draw: runs of one recipe that differ only in their seeds spread
 by about +-0.8 BLEU on Multi30k, so a recipe is judged by the mean of several. For each
@@ -16,6 +17,11 @@ gives the mean, the sample standard deviation, the range and a 95% interval for 
 (Student's t over the runs: where the recipe's mean lies, not where one more run will land),
 and how many runs reach the goals. The difference "chosen minus own alpha" is what choosing
 the length penalty on val gave on test2016, run by run.
+
+``--paired-with`` compares two settings run on the same seeds (or one run continued past
+where its copy stopped): the i-th run of the list is paired with the i-th given there, and
+the differences (run minus its pair) are described the same way. Pairing removes the seed's
+share of the spread, so a difference shows with fewer runs than two unpaired means need.
 """
 
 from __future__ import annotations
@@ -41,6 +47,14 @@ FIGURES = (  # key, heading
     ("test_own_alpha", "test2016 BLEU lc Moses at the run's own alpha"),
     ("alpha_gain", "chosen minus own alpha (what the alpha choice gave on test2016)"),
     ("val", "val BLEU lc Moses (chosen)"),
+)
+
+
+PAIRED = (  # key, heading: what --paired-with compares, run minus its pair
+    ("test", "test2016 BLEU lc Moses (chosen on val)"),
+    ("test_own_alpha", "test2016 BLEU lc Moses at the run's own alpha"),
+    ("val", "val BLEU lc Moses (chosen)"),
+    ("updates", "updates"),
 )
 
 
@@ -144,6 +158,48 @@ def summarise(rows: list[dict], goal_bleu: float, goal_sacrebleu: float) -> dict
                       "runs_reaching_sacrebleu": sum(r["test_sacrebleu"] >= goal_sacrebleu for r in rows)}}
 
 
+def paired(rows: list[dict], partners: list[dict]) -> dict:
+    """For each figure of :data:`PAIRED`: the differences run minus its pair (pairs in order,
+    those where both have the figure), described, and how many pairs are higher / lower."""
+    if len(rows) != len(partners):
+        raise SummaryError(f"--paired-with gives {len(partners)} run(s) for {len(rows)}: "
+                           "one partner per run, in the same order")
+    figures = {}
+    for key, _ in PAIRED:
+        diffs = [float(a[key]) - float(b[key]) for a, b in zip(rows, partners)
+                 if a.get(key) is not None and b.get(key) is not None]
+        if diffs:
+            figures[key] = {**describe(diffs), "higher": sum(d > 0 for d in diffs),
+                            "lower": sum(d < 0 for d in diffs)}
+    return {"pairs": len(rows), "figures": figures}
+
+
+def paired_markdown(rows: list[dict], partners: list[dict], comparison: dict) -> str:
+    lines = ["| run | paired with | updates | test2016 BLEU lc Moses | at own alpha | val BLEU lc Moses |",
+             "|---|---|---:|---:|---:|---:|"]
+
+    def pair(a, b, key, digits=2):
+        if a.get(key) is None or b.get(key) is None:
+            return ""
+        if key == "updates":
+            return f"{a[key]:,} / {b[key]:,} ({a[key] - b[key]:+,})"
+        return f"{a[key]:.{digits}f} / {b[key]:.{digits}f} ({a[key] - b[key]:+.{digits}f})"
+
+    for a, b in zip(rows, partners):
+        lines.append(f"| {a['run']} | {b['run']} | {pair(a, b, 'updates')} | {pair(a, b, 'test')} | "
+                     f"{pair(a, b, 'test_own_alpha')} | {pair(a, b, 'val')} |")
+    lines += ["", "| run minus its pair | n | mean | sd | min | max | 95% interval of the mean | higher / lower |",
+              "|---|---:|---:|---:|---:|---:|---|---|"]
+    for key, heading in PAIRED:
+        d = comparison["figures"].get(key)
+        if d is None:
+            continue
+        interval = f"[{d['low']:+.2f}, {d['high']:+.2f}]" if d["low"] is not None else "(needs two pairs)"
+        lines.append(f"| {heading} | {d['n']} | {d['mean']:+.2f} | {_f(d['sd'])} | {d['min']:+.2f} | "
+                     f"{d['max']:+.2f} | {interval} | {d['higher']} / {d['lower']} |")
+    return "\n".join(lines) + "\n"
+
+
 def _f(value, digits: int = 2) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
@@ -199,26 +255,36 @@ def parse_args(argv=None):
                          "Wu et al.'s Transformer-Tiny)")
     ap.add_argument("--goal-sacrebleu", type=float, default=38.0,
                     help="test2016 sacreBLEU to count runs against (default %(default)s)")
+    ap.add_argument("--paired-with", nargs="+", type=Path, default=None, metavar="RUN",
+                    help="one run directory per run above, in the same order (the same seeds under another "
+                         "setting, or the run before it was continued): adds the differences, run minus its "
+                         "pair, with their mean, sd and 95%% interval")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows and the summary to this file")
     return ap.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    seen, rows = set(), []
+    seen, rows, partners, comparison = set(), [], [], None
     try:
-        for run in args.runs:
+        for run in list(args.runs) + list(args.paired_with or []):
             if run.resolve() in seen:
                 raise SummaryError(f"{run} is given twice: each run counts once")
             seen.add(run.resolve())
-            rows.append(read_run(run))
+            (rows if len(rows) < len(args.runs) else partners).append(read_run(run))
+        if args.paired_with is not None:
+            comparison = paired(rows, partners)
     except SummaryError as e:
         print(f"multi30k_summary: error: {e}", file=sys.stderr)
         return 2
     summary = summarise(rows, args.goal_bleu, args.goal_sacrebleu)
     sys.stdout.write(markdown(rows, summary))
+    payload = {"rows": rows, "summary": summary}
+    if comparison is not None:
+        sys.stdout.write("\n" + paired_markdown(rows, partners, comparison))
+        payload.update(paired_with=partners, paired=comparison)
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "summary": summary}, indent=1) + "\n", encoding="utf-8")
+        args.json.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     return 0
 
 

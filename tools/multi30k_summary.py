@@ -192,12 +192,16 @@ def paired_markdown(rows: list[dict], partners: list[dict], comparison: dict) ->
               "|---|---:|---:|---:|---:|---:|---|---|"]
     for key, heading in PAIRED:
         d = comparison["figures"].get(key)
-        if d is None:
-            continue
-        interval = f"[{d['low']:+.2f}, {d['high']:+.2f}]" if d["low"] is not None else "(needs two pairs)"
-        lines.append(f"| {heading} | {d['n']} | {d['mean']:+.2f} | {_f(d['sd'])} | {d['min']:+.2f} | "
-                     f"{d['max']:+.2f} | {interval} | {d['higher']} / {d['lower']} |")
+        if d is not None:
+            lines.append(_described(heading, d, "+.2f", "pairs") + f" {d['higher']} / {d['lower']} |")
     return "\n".join(lines) + "\n"
+
+
+def _described(heading: str, d: dict, fmt: str, what: str) -> str:
+    """One row of a table of :func:`describe` results (``fmt`` for the values, e.g. ``+.2f``)."""
+    interval = f"[{d['low']:{fmt}}, {d['high']:{fmt}}]" if d["low"] is not None else f"(needs two {what})"
+    return (f"| {heading} | {d['n']} | {d['mean']:{fmt}} | {_f(d['sd'])} | {d['min']:{fmt}} | "
+            f"{d['max']:{fmt}} | {interval} |")
 
 
 def _f(value, digits: int = 2) -> str:
@@ -223,13 +227,8 @@ def markdown(rows: list[dict], summary: dict) -> str:
                      f"{r['run_ons']} / {r['loops']} |")
     lines += ["", "| over the runs | n | mean | sd | min | max | 95% interval of the mean |",
               "|---|---:|---:|---:|---:|---:|---|"]
-    for key, heading in FIGURES:
-        d = summary["figures"].get(key)
-        if d is None:
-            continue
-        interval = f"[{d['low']:.2f}, {d['high']:.2f}]" if d["low"] is not None else "(needs two runs)"
-        lines.append(f"| {heading} | {d['n']} | {d['mean']:.2f} | {_f(d['sd'])} | {d['min']:.2f} | "
-                     f"{d['max']:.2f} | {interval} |")
+    lines += [_described(heading, summary["figures"][key], ".2f", "runs")
+              for key, heading in FIGURES if key in summary["figures"]]
     goals = summary["goals"]
     test = summary["figures"]["test"]
     lines += ["", f"{goals['runs_reaching_bleu']} of {summary['runs']} runs reach {goals['bleu_lc_moses']:g} "

@@ -85,16 +85,18 @@ def test_rows_say_how_the_run_was_trained(summary, tmp_path):
     row = summary.read_run(run)
     assert (row["sittings"], row["ended_by"]) == (None, "not recorded")  # a run from before sittings
     host = {"cpu": "AMD EPYC", "cpus": 2, "cpu_flags": ["avx2"], "gpus": []}
-    for start, end, why in ((0, 3000, "SIGTERM"), (3000, 5800, "max_minutes")):
+    for start, end, why in ((0, 3000, "SIGTERM"), (3000, 5861, "max_minutes")):
         log = SittingLog(run)
         log.start(start, "default", 1, host_info=host)
         log.end(end, why, 3000.0)
     row = summary.read_run(run)
     assert (row["sittings"], row["ended_by"]) == (2, "the time budget")
     text = summary.markdown([row], summary.summarise([row], 41.0, 38.0))
-    assert "| 5,800 / 103.8 (2; the time budget) |" in text
-    SittingLog(run).start(5800, "default", 1, host_info=host)  # a third sitting, killed
+    # the updates trained (the last sitting's end), not the last evaluation's step (the report's 5,800)
+    assert row["updates"] == 5861 and "| 5,861 / 103.8 (2; the time budget) |" in text
+    SittingLog(run).start(5861, "default", 1, host_info=host)  # a third sitting, killed
     assert summary.read_run(run)["ended_by"] == "no end recorded"
+    assert summary.read_run(run)["updates"] == 5861
 
 
 def test_a_run_chosen_at_its_own_alpha_gains_nothing(summary, tmp_path):

@@ -95,6 +95,13 @@ def _length(meta: dict):
     return float(ratio) if ratio else None
 
 
+def trained_updates(sittings: list[dict]):
+    """The updates a run trained, from its sittings' record (the last one that recorded its end),
+    or ``None``."""
+    ends = [held["end_step"] for held in sittings if held.get("end_step") is not None]
+    return max(ends) if ends else None
+
+
 def read_run(run: Path) -> dict:
     """One run's row: its seeds and training, the row chosen on val and the same weights and
     beam at the run's own ``decode.alpha``."""
@@ -128,7 +135,9 @@ def read_run(run: Path) -> dict:
         "run": str(run), "train_seed": train.get("seed"), "data_seed": data.get("seed"),
         "sittings": len(held) or None,
         "ended_by": ended_by_words(ended_by, field=False) if held else "not recorded",
-        "updates": payload.get("updates"), "train_minutes": payload.get("train_minutes"),
+        # the updates trained: the last sitting's end (a run ended by its time budget trains past its last
+        # evaluation, which is all the report's own figure counts); the report's for a run without sittings
+        "updates": trained_updates(held) or payload.get("updates"), "train_minutes": payload.get("train_minutes"),
         "weights": name, "beam": beam, "alpha": alpha, "own_alpha": own_alpha,
         "val": chosen_val["scores"]["bleu_lc_moses"],
         "test": chosen_test["scores"]["bleu_lc_moses"],

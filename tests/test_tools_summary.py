@@ -156,6 +156,8 @@ def test_paired_runs_give_the_differences_and_their_interval(summary, tmp_path, 
         assert (d["higher"], d["lower"]) == (int((diffs > 0).sum()), int((diffs < 0).sum()))
     assert f"| {runs[1]} | {pairs[1]} | 6,650 / 6,187 (+463) | 39.20 / 39.60 (-0.40) |" in text
     assert f"| test2016 BLEU lc Moses (chosen on val) | 3 | {np.mean([0.8, -0.4, 0.9]):+.2f} |" in text
+    moved = np.subtract([a[3] for a in after], [b[3] for b in before])
+    assert f"| updates | 3 | {np.mean(moved):+,.0f} | {np.std(moved, ddof=1):,.0f} | +463 | +2,535 |" in text
     # one partner per run, and a run cannot be its own partner
     assert summary.main([str(r) for r in runs] + ["--paired-with"] + [str(r) for r in pairs[:2]]) == 2
     assert "--paired-with gives 2 run(s) for 3" in capsys.readouterr().err

@@ -50,11 +50,11 @@ FIGURES = (  # key, heading
 )
 
 
-PAIRED = (  # key, heading: what --paired-with compares, run minus its pair
-    ("test", "test2016 BLEU lc Moses (chosen on val)"),
-    ("test_own_alpha", "test2016 BLEU lc Moses at the run's own alpha"),
-    ("val", "val BLEU lc Moses (chosen)"),
-    ("updates", "updates"),
+PAIRED = (  # key, heading, format: what --paired-with compares, run minus its pair
+    ("test", "test2016 BLEU lc Moses (chosen on val)", "+.2f"),
+    ("test_own_alpha", "test2016 BLEU lc Moses at the run's own alpha", "+.2f"),
+    ("val", "val BLEU lc Moses (chosen)", "+.2f"),
+    ("updates", "updates", "+,.0f"),
 )
 
 
@@ -174,7 +174,7 @@ def paired(rows: list[dict], partners: list[dict]) -> dict:
         raise SummaryError(f"--paired-with gives {len(partners)} run(s) for {len(rows)}: "
                            "one partner per run, in the same order")
     figures = {}
-    for key, _ in PAIRED:
+    for key, _, _ in PAIRED:
         diffs = [float(a[key]) - float(b[key]) for a, b in zip(rows, partners)
                  if a.get(key) is not None and b.get(key) is not None]
         if diffs:
@@ -199,17 +199,19 @@ def paired_markdown(rows: list[dict], partners: list[dict], comparison: dict) ->
                      f"{pair(a, b, 'test_own_alpha')} | {pair(a, b, 'val')} |")
     lines += ["", "| run minus its pair | n | mean | sd | min | max | 95% interval of the mean | higher / lower |",
               "|---|---:|---:|---:|---:|---:|---|---|"]
-    for key, heading in PAIRED:
+    for key, heading, fmt in PAIRED:
         d = comparison["figures"].get(key)
         if d is not None:
-            lines.append(_described(heading, d, "+.2f", "pairs") + f" {d['higher']} / {d['lower']} |")
+            lines.append(_described(heading, d, fmt, "pairs") + f" {d['higher']} / {d['lower']} |")
     return "\n".join(lines) + "\n"
 
 
 def _described(heading: str, d: dict, fmt: str, what: str) -> str:
-    """One row of a table of :func:`describe` results (``fmt`` for the values, e.g. ``+.2f``)."""
+    """One row of a table of :func:`describe` results (``fmt`` for the values, e.g. ``+.2f``; the
+    standard deviation without the sign)."""
     interval = f"[{d['low']:{fmt}}, {d['high']:{fmt}}]" if d["low"] is not None else f"(needs two {what})"
-    return (f"| {heading} | {d['n']} | {d['mean']:{fmt}} | {_f(d['sd'])} | {d['min']:{fmt}} | "
+    sd = "" if d["sd"] is None else f"{d['sd']:{fmt.lstrip('+')}}"
+    return (f"| {heading} | {d['n']} | {d['mean']:{fmt}} | {sd} | {d['min']:{fmt}} | "
             f"{d['max']:{fmt}} | {interval} |")
 
 

@@ -275,13 +275,17 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    seen, rows, partners, comparison = set(), [], [], None
+    seen, comparison = set(), None
+
+    def read_once(run: Path) -> dict:
+        if run.resolve() in seen:
+            raise SummaryError(f"{run} is given twice: each run counts once")
+        seen.add(run.resolve())
+        return read_run(run)
+
     try:
-        for run in list(args.runs) + list(args.paired_with or []):
-            if run.resolve() in seen:
-                raise SummaryError(f"{run} is given twice: each run counts once")
-            seen.add(run.resolve())
-            (rows if len(rows) < len(args.runs) else partners).append(read_run(run))
+        rows = [read_once(run) for run in args.runs]
+        partners = [read_once(run) for run in args.paired_with or []]
         if args.paired_with is not None:
             comparison = paired(rows, partners)
     except SummaryError as e:

@@ -187,12 +187,13 @@ def paired_markdown(rows: list[dict], partners: list[dict], comparison: dict) ->
     lines = ["| run | paired with | updates | test2016 BLEU lc Moses | at own alpha | val BLEU lc Moses |",
              "|---|---|---:|---:|---:|---:|"]
 
-    def pair(a, b, key, digits=2):
+    formats = {key: fmt for key, _, fmt in PAIRED}
+
+    def pair(a, b, key):
         if a.get(key) is None or b.get(key) is None:
             return ""
-        if key == "updates":
-            return f"{a[key]:,} / {b[key]:,} ({a[key] - b[key]:+,})"
-        return f"{a[key]:.{digits}f} / {b[key]:.{digits}f} ({a[key] - b[key]:+.{digits}f})"
+        fmt = formats[key]
+        return f"{a[key]:{fmt.lstrip('+')}} / {b[key]:{fmt.lstrip('+')}} ({a[key] - b[key]:{fmt}})"
 
     for a, b in zip(rows, partners):
         lines.append(f"| {a['run']} | {b['run']} | {pair(a, b, 'updates')} | {pair(a, b, 'test')} | "

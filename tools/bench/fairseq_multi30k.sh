@@ -26,7 +26,8 @@
 # Usage: FSPY=/work/fsvenv/bin/python tools/bench/fairseq_multi30k.sh RUN_DIR [SEED]
 #   PY    this package's python (default .venv/bin/python), for the vocabulary and the scores
 # Resumable: rerun the same command; fairseq resumes from RUN_DIR/checkpoints/checkpoint_last.pt
-# (at most one epoch, ~65 updates, is lost) and finished steps are skipped.
+# (at most one epoch, ~65 updates, is lost) with its early-stopping count restored, and finished
+# steps are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUN=${1:?usage: tools/bench/fairseq_multi30k.sh RUN_DIR [SEED]}
@@ -65,7 +66,26 @@ fi
 
 if [ ! -f "$RUN/train.done" ]; then
     start=$(date +%s)
-    "$FSBIN/fairseq-train" "$RUN/bin" --task translation --cpu --seed "$SEED" \
+    # fairseq-train, except that a resumed run keeps its early-stopping count: fairseq 0.12 keeps the
+    # patience state (best validation loss, evaluations since) in memory only, so a plain resume would
+    # start counting afresh and stop up to `patience` epochs later than an uninterrupted run. The
+    # checkpoints hold both: the best loss, and (in checkpoint_best) the epoch that reached it.
+    "$FSPY" -c '
+import os, sys
+import torch
+import fairseq_cli.train as train
+save = sys.argv[sys.argv.index("--save-dir") + 1]
+last, best = (os.path.join(save, f"checkpoint_{n}.pt") for n in ("last", "best"))
+if os.path.exists(last) and os.path.exists(best):
+    state = {p: torch.load(p, map_location="cpu", weights_only=False)["extra_state"] for p in (last, best)}
+    train.should_stop_early.best = state[last]["best"]
+    train.should_stop_early.num_runs = (state[last]["train_iterator"]["epoch"]
+                                        - state[best]["train_iterator"]["epoch"])
+    print(f"resuming: best validation loss {train.should_stop_early.best}, "
+          f"{train.should_stop_early.num_runs} evaluations without improvement since", flush=True)
+sys.argv[0] = "fairseq-train"
+train.cli_main()
+' "$RUN/bin" --task translation --cpu --seed "$SEED" \
         --arch transformer --encoder-layers 4 --decoder-layers 4 --encoder-embed-dim 128 \
         --decoder-embed-dim 128 --encoder-ffn-embed-dim 256 --decoder-ffn-embed-dim 256 \
         --encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings --dropout 0.3 \

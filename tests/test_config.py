@@ -54,6 +54,7 @@ def test_table3_rows_change_only_their_fields():
     ("model.qkv_init_gain=0", "model.qkv_init_gain=0.0 must be > 0"),
     ("model.attention_bias=maybe", "model.attention_bias='maybe'"),
     ("model.attention_init=mimetic", "model.attention_init='mimetic' is not one of 'independent', 'tied_qk'"),
+    ("model.ffn_init=he", "model.ffn_init='he' is not one of 'glorot_uniform', 'fan_in_uniform'"),
 ])
 def test_validation_errors_name_the_field(override, message):
     with pytest.raises(ConfigError) as e:

@@ -230,8 +230,9 @@ def test_get_config_round_trips_for_every_layer():
     _roundtrip(SharedEmbedding(vocab_size=9, d_model=16), np.array([[1, 2, 3]]))
     _roundtrip(SinusoidalPositionalEncoding(max_wavelength=500.0), x)
     _roundtrip(LearnedPositionalEmbedding(max_length=7), x)
+    _roundtrip(PositionwiseFeedForward(d_ff=8, init="fan_in_uniform"), x)
     settings = dict(num_heads=2, key_dim=8, value_dim=6, d_ff=32, dropout=0.2, layer_norm_epsilon=1e-5,
-                    attention_bias=True, qkv_init_gain=0.5, attention_init="tied_qk")
+                    attention_bias=True, qkv_init_gain=0.5, attention_init="tied_qk", ffn_init="fan_in_uniform")
     _roundtrip(EncoderLayer(**settings), x)
     _roundtrip(DecoderLayer(**settings), x, m)
     _roundtrip(Encoder(num_layers=2, **settings), x)

@@ -119,6 +119,36 @@ def test_qkv_init_gain_scales_query_key_value_kernels_only():
     assert abs(out2.std() / out1.std() - 1) < 0.05 and np.abs(out2).max() > limit * 2 ** -0.5
 
 
+def test_ffn_init_fan_in_uniform_is_torch_linears_default():
+    # fan_in_uniform: every FFN kernel and bias uniform in +-1/sqrt(fan_in) (PyTorch's nn.Linear
+    # default, fairseq's FFN); glorot_uniform: Glorot-uniform kernels, zero biases. Each weight
+    # its own draw; the attention projections are not touched.
+    def ffn_weights(init):
+        keras.utils.set_random_seed(3)
+        model = small_model(d_model=128, num_heads=4, d_ff=256, ffn_init=init)
+        model.build()
+        ffns = [layer.ffn for layer in model.encoder.layers + model.decoder.layers]
+        return ffns, np_(model.encoder.layers[0].self_attention.query_kernel)
+
+    ffns, q_fan = ffn_weights("fan_in_uniform")
+    for ffn in ffns:
+        for weight, fan_in in ((ffn.inner_kernel, 128), (ffn.inner_bias, 128), (ffn.outer_kernel, 256),
+                               (ffn.outer_bias, 256)):
+            w = np_(weight)
+            limit = fan_in ** -0.5
+            assert np.abs(w).max() <= limit and np.abs(w).max() > 0.95 * limit, weight.path
+            assert abs(w.std() / (limit / np.sqrt(3)) - 1) < (0.05 if w.ndim == 2 else 0.2), weight.path
+    assert not np.allclose(np_(ffns[0].inner_kernel), np_(ffns[1].inner_kernel))
+    assert not np.allclose(np_(ffns[0].inner_bias), np_(ffns[1].inner_bias))
+    glorot, q_glorot = ffn_weights("glorot_uniform")
+    limit = np.sqrt(6 / (128 + 256))
+    for ffn in glorot:
+        assert np.abs(np_(ffn.inner_kernel)).max() <= limit and np.abs(np_(ffn.outer_kernel)).max() > 0.95 * limit
+        assert not np_(ffn.inner_bias).any() and not np_(ffn.outer_bias).any()
+    assert abs(q_fan.std() / q_glorot.std() - 1) < 0.05  # attention kernels: Glorot under both
+    assert Transformer.from_config(small_model(ffn_init="fan_in_uniform").get_config()).ffn_init == "fan_in_uniform"
+
+
 @pytest.mark.parametrize("max_length", [None, 12])  # the growing and the preallocated cache
 def test_step_weights_give_the_same_steps(max_length):
     # decode_step with the weights prepared once (what the decoding loop passes) must give

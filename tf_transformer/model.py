@@ -34,7 +34,7 @@ from tf_transformer.layers.encoder import Encoder
 MODEL_FIELDS = (
     "vocab_size", "d_model", "num_layers", "num_heads", "key_dim", "value_dim", "d_ff", "dropout",
     "attention_dropout", "relu_dropout", "position_encoding", "max_length", "layer_norm_epsilon",
-    "attention_bias", "qkv_init_gain", "attention_init", "pad_id",
+    "attention_bias", "qkv_init_gain", "attention_init", "ffn_init", "pad_id",
 )
 
 
@@ -58,6 +58,8 @@ class Transformer(keras.Model):
         attention_bias: biases on the attention projections (none in the paper).
         qkv_init_gain: Glorot-uniform gain of the query, key and value kernels.
         attention_init: ``"independent"`` or ``"tied_qk"`` (``W^K`` starts equal to ``W^Q``).
+        ffn_init: ``"glorot_uniform"`` or ``"fan_in_uniform"`` (fairseq's FFN start); see
+            :class:`~tf_transformer.layers.PositionwiseFeedForward`.
         pad_id: the padding id; padded positions are masked everywhere.
 
     Call: ``model((source_ids, target_input_ids), training=False)`` with int ids
@@ -74,7 +76,8 @@ class Transformer(keras.Model):
     def __init__(self, vocab_size, d_model=512, num_layers=6, num_heads=8, key_dim=None, value_dim=None,
                  d_ff=2048, dropout=0.1, attention_dropout=0.0, relu_dropout=0.0,
                  position_encoding="sinusoidal", max_length=512, layer_norm_epsilon=1e-6,
-                 attention_bias=False, qkv_init_gain=1.0, attention_init="independent", pad_id=0, **kwargs):
+                 attention_bias=False, qkv_init_gain=1.0, attention_init="independent", ffn_init="glorot_uniform",
+                 pad_id=0, **kwargs):
         super().__init__(**kwargs)
         if position_encoding not in ("sinusoidal", "learned"):
             raise ValueError(f"position_encoding={position_encoding!r} is not one of 'sinusoidal', 'learned'")
@@ -98,6 +101,7 @@ class Transformer(keras.Model):
         self.attention_bias = bool(attention_bias)
         self.qkv_init_gain = float(qkv_init_gain)
         self.attention_init = attention_init
+        self.ffn_init = ffn_init
         self.pad_id = int(pad_id)
 
         policy = self.dtype_policy
@@ -111,7 +115,8 @@ class Transformer(keras.Model):
                      value_dim=self.value_dim, d_ff=self.d_ff, dropout=self.dropout_rate,
                      attention_dropout=self.attention_dropout, relu_dropout=self.relu_dropout,
                      layer_norm_epsilon=self.layer_norm_epsilon, attention_bias=self.attention_bias,
-                     qkv_init_gain=self.qkv_init_gain, attention_init=self.attention_init, dtype=policy)
+                     qkv_init_gain=self.qkv_init_gain, attention_init=self.attention_init,
+                     ffn_init=self.ffn_init, dtype=policy)
         self.encoder = Encoder(name="encoder", **stack)
         self.decoder = Decoder(name="decoder", **stack)
 

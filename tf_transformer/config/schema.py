@@ -24,6 +24,8 @@ BATCHING_MODES = ("buckets", "sorted_chunks")
 STOP_RULES = ("bound", "beam_finished")
 #: ``model.attention_init`` values (how the attention projections start: tf_transformer.layers.encoder).
 ATTENTION_INITS = ("independent", "tied_qk")
+#: ``model.ffn_init`` values (how the position-wise FFN's weights start: tf_transformer.layers.feed_forward).
+FFN_INITS = ("glorot_uniform", "fan_in_uniform")
 
 #: A file field of the data section: one path, a glob (``corpus/*.en.gz``) or a list of them.
 Paths = Union[str, list[str], None]
@@ -64,6 +66,10 @@ class ModelConfig:
     # "independent": W^Q, W^K, W^V, W^O each drawn on their own; "tied_qk": W^K starts as a
     # copy of W^Q (then W^Q W^K^T ~ I: every head starts by attending to keys like its query)
     attention_init: str = "independent"
+    # "glorot_uniform": both FFN kernels Glorot uniform, biases zero; "fan_in_uniform": kernels
+    # and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)), PyTorch's nn.Linear default, which fairseq's
+    # FFN keeps (about a third of Glorot's output scale at d_ff = 2 d_model)
+    ffn_init: str = "glorot_uniform"
     pad_id: int = 0
 
     def resolved(self) -> "ModelConfig":
@@ -111,6 +117,8 @@ class ModelConfig:
         if self.attention_init not in ATTENTION_INITS:
             raise ConfigError(f"{p}attention_init={self.attention_init!r} is not one of "
                               + ", ".join(repr(v) for v in ATTENTION_INITS))
+        if self.ffn_init not in FFN_INITS:
+            raise ConfigError(f"{p}ffn_init={self.ffn_init!r} is not one of " + ", ".join(repr(v) for v in FFN_INITS))
         if self.pad_id < 0:
             raise ConfigError(f"{p}pad_id={self.pad_id} must be >= 0")
         if self.vocab_size is not None and self.pad_id >= self.vocab_size:

@@ -163,7 +163,7 @@ class Decoder(LayerStack):
     Args:
         num_layers: ``N``, the number of layers (the paper: 6).
         num_heads, key_dim, value_dim, d_ff, dropout, attention_dropout, relu_dropout,
-            layer_norm_epsilon, attention_bias, qkv_init_gain, attention_init: the settings of
+            layer_norm_epsilon, attention_bias, qkv_init_gain, attention_init, ffn_init: the settings of
             every :class:`DecoderLayer` (see there).
         **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``...).
 

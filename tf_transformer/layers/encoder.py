@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import keras
 
-from tf_transformer.config.schema import ATTENTION_INITS
+from tf_transformer.config.schema import ATTENTION_INITS, FFN_INITS
 from tf_transformer.layers.attention import MultiHeadAttention
 from tf_transformer.layers.feed_forward import PositionwiseFeedForward
 from tf_transformer.layers.normalization import LayerNorm
@@ -17,10 +17,13 @@ class SublayerSettings(keras.layers.Layer):
 
     def __init__(self, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1,
                  attention_dropout=0.0, relu_dropout=0.0, layer_norm_epsilon=1e-6,
-                 attention_bias=False, qkv_init_gain=1.0, attention_init="independent", **kwargs):
+                 attention_bias=False, qkv_init_gain=1.0, attention_init="independent",
+                 ffn_init="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
         if attention_init not in ATTENTION_INITS:
             raise ValueError(f"attention_init={attention_init!r} is not one of {ATTENTION_INITS}")
+        if ffn_init not in FFN_INITS:
+            raise ValueError(f"ffn_init={ffn_init!r} is not one of {FFN_INITS}")
         self.num_heads = int(num_heads)
         self.key_dim = int(key_dim)
         self.value_dim = int(value_dim) if value_dim is not None else self.key_dim
@@ -32,6 +35,7 @@ class SublayerSettings(keras.layers.Layer):
         self.attention_bias = bool(attention_bias)
         self.qkv_init_gain = float(qkv_init_gain)
         self.attention_init = attention_init
+        self.ffn_init = ffn_init
         self.make_sublayers()
 
     def make_sublayers(self):
@@ -42,7 +46,7 @@ class SublayerSettings(keras.layers.Layer):
                     d_ff=self.d_ff, dropout=self.dropout_rate, attention_dropout=self.attention_dropout,
                     relu_dropout=self.relu_dropout, layer_norm_epsilon=self.layer_norm_epsilon,
                     attention_bias=self.attention_bias, qkv_init_gain=self.qkv_init_gain,
-                    attention_init=self.attention_init)
+                    attention_init=self.attention_init, ffn_init=self.ffn_init)
 
     def _attention(self, name):
         # Glorot uniform is VarianceScaling(1, fan_avg, uniform); a gain g scales the variance by g^2
@@ -57,7 +61,7 @@ class SublayerSettings(keras.layers.Layer):
         return LayerNorm(epsilon=self.layer_norm_epsilon, name=name, dtype=self.dtype_policy)
 
     def _ffn(self):
-        return PositionwiseFeedForward(self.d_ff, relu_dropout=self.relu_dropout, name="ffn",
+        return PositionwiseFeedForward(self.d_ff, relu_dropout=self.relu_dropout, init=self.ffn_init, name="ffn",
                                        dtype=self.dtype_policy)
 
     def get_config(self):
@@ -87,6 +91,7 @@ class EncoderLayer(SublayerSettings):
             uses 1/sqrt(2)); ``W^O`` is Glorot uniform.
         attention_init: ``"independent"`` (every projection its own draw) or ``"tied_qk"``
             (``W^K`` starts as a copy of ``W^Q``, in self- and cross-attention alike).
+        ffn_init: how the FFN's weights start (see :class:`PositionwiseFeedForward`).
         **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``...).
 
     Call arguments:
@@ -138,9 +143,10 @@ class LayerStack(SublayerSettings):
 
     def __init__(self, num_layers, num_heads, key_dim, value_dim=None, d_ff=2048, dropout=0.1,
                  attention_dropout=0.0, relu_dropout=0.0, layer_norm_epsilon=1e-6,
-                 attention_bias=False, qkv_init_gain=1.0, attention_init="independent", **kwargs):
+                 attention_bias=False, qkv_init_gain=1.0, attention_init="independent",
+                 ffn_init="glorot_uniform", **kwargs):
         super().__init__(num_heads, key_dim, value_dim, d_ff, dropout, attention_dropout, relu_dropout,
-                         layer_norm_epsilon, attention_bias, qkv_init_gain, attention_init, **kwargs)
+                         layer_norm_epsilon, attention_bias, qkv_init_gain, attention_init, ffn_init, **kwargs)
         self.num_layers = int(num_layers)
         self.layers = [self.layer_class(name=f"layer_{i}", dtype=self.dtype_policy, **self.settings())
                        for i in range(self.num_layers)]

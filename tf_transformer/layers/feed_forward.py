@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
+from tf_transformer.config.schema import FFN_INITS
 from tf_transformer.layers.linear import leading_shape, linear
 
 
@@ -32,8 +33,8 @@ class PositionwiseFeedForward(keras.layers.Layer):
 
     def __init__(self, d_ff, output_dim=None, relu_dropout=0.0, init="glorot_uniform", **kwargs):
         super().__init__(**kwargs)
-        if init not in ("glorot_uniform", "fan_in_uniform"):
-            raise ValueError(f"init={init!r} is not one of 'glorot_uniform', 'fan_in_uniform'")
+        if init not in FFN_INITS:
+            raise ValueError(f"init={init!r} is not one of {FFN_INITS}")
         self.init = init
         self.d_ff = int(d_ff)
         self.output_dim = output_dim

@@ -103,3 +103,23 @@ def test_help_answers_without_tensorflow(argv):
                          cwd=REPO)
     assert "usage: tft" in out.stdout, out.stdout + out.stderr
     assert out.stdout.strip().endswith("tensorflow loaded: False")
+
+
+@pytest.mark.parametrize("first_import", [
+    "import tf_transformer.layers",
+    "from tf_transformer.layers.encoder import EncoderLayer",
+    "from tf_transformer.layers.linear import linear",
+    "import tf_transformer.model",
+    "import tf_transformer\nimport keras",
+])
+def test_any_first_import_works_and_registers_the_model_with_keras(first_import):
+    """Each import order in a fresh interpreter (Keras not yet loaded): the package's hook runs when
+    ``import keras`` finishes, possibly inside a half-built layer module; the import must succeed and
+    a ``.keras`` file of the model must then load with plain ``keras.saving.load_model``."""
+    code = (f"{first_import}\nimport keras\n"
+            "model = keras.saving.load_model('tests/data/transformer-0.1.0.keras', compile=False)\n"
+            "print('loaded', type(model).__module__, type(model).__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False,
+                         cwd=REPO)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().endswith("loaded tf_transformer.model Transformer"), out.stdout + out.stderr[-3000:]

@@ -322,8 +322,56 @@ def test_sorted_chunks_keep_every_pair_once_within_the_budget(corpus, tok, small
     assert max(sizes) > 4  # full chunks make batches larger than one 4-pair group could
 
 
-def test_sorted_chunks_are_deterministic_resumable_and_reshuffled(corpus, tok, small_chunks):
-    cfg = text_cfg(corpus, batching="sorted_chunks", shuffle_buffer=64, parallel_pipelines=2)
+def _fairseq_cut(longest, budget):
+    """NumPy reference of the greedy cut (fairseq's batch_by_size without a sentence cap):
+    walk the pairs in order, open a new batch when one more row would exceed the budget."""
+    batches, rows, widest, batch = [], 0, 0, 0
+    for n in longest:
+        if rows and (rows + 1) * max(widest, n) > budget:
+            batch, rows, widest = batch + 1, 0, 0
+        rows, widest = rows + 1, max(widest, n)
+        batches.append(batch)
+    return batches
+
+
+@pytest.mark.parametrize("budget", [7, 40, 200])
+def test_greedy_cut_matches_the_reference(budget):
+    rng = np.random.default_rng(budget)
+    longest = np.sort(rng.integers(1, 25, size=300))[::-1].copy()
+    rng.shuffle(longest[100:200])  # descending, shuffled and ascending stretches
+    longest[200:] = np.sort(longest[200:])
+    longest[50] = budget + 3  # a pair over the budget is a batch of its own
+    got = batching._greedy_batches(longest.astype(np.int64), budget).numpy().tolist()
+    want = _fairseq_cut(longest.tolist(), budget)
+    assert got == want
+    assert got[50] == got[49] + 1 and got[51] == got[50] + 1
+    assert batching._greedy_batches(np.zeros([0], np.int64), budget).numpy().size == 0
+
+
+@pytest.mark.parametrize("pipelines", [1, 2])
+def test_source_sorted_batches_are_fairseq_like(corpus, tok, small_chunks, pipelines):
+    """batching: source_sorted: one epoch holds every kept pair exactly once, no side of a batch
+    exceeds the budget (padding included), each batch's rows are in (source length, target
+    length) order, and target lengths in a batch are not held to one bucket. (Where the cut
+    falls is checked against the NumPy reference above.)"""
+    cfg = text_cfg(corpus, batching="source_sorted", shuffle_buffer=64 * pipelines, parallel_pipelines=pipelines)
+    ds = make_dataset(cfg, "train", tok, repeat=False, verbose=False)
+    assert id_pairs(ds) == expected_ids(tok, all_pairs(corpus))
+    budget, spans = cfg.tokens_per_batch, []
+    for (src, tgt_in), tgt_out in ds.as_numpy_iterator():
+        rows = src.shape[0]
+        s_len, t_len = (src != 0).sum(1), (tgt_out != 0).sum(1)  # y+EOS = BOS+y
+        assert src.shape[1] == s_len.max() and tgt_in.shape[1] == t_len.max()
+        assert rows * max(src.shape[1], tgt_in.shape[1]) <= budget
+        keys = list(zip(s_len.tolist(), t_len.tolist()))
+        assert keys == sorted(keys)
+        spans.append(int(t_len.max() - t_len.min()))
+    assert max(spans) > 2  # target lengths within a batch are not held to a 2-token bucket
+
+
+@pytest.mark.parametrize("batching_mode", ["sorted_chunks", "source_sorted"])
+def test_sorted_chunks_are_deterministic_resumable_and_reshuffled(corpus, tok, small_chunks, batching_mode):
+    cfg = text_cfg(corpus, batching=batching_mode, shuffle_buffer=64, parallel_pipelines=2)
 
     def first(n, seed=5, skip=0):
         ds = make_dataset(cfg, "train", tok, seed=seed, verbose=False, skip=skip).take(n)
@@ -339,7 +387,7 @@ def test_sorted_chunks_are_deterministic_resumable_and_reshuffled(corpus, tok, s
     assert two[:60] == stream and two[epoch:] != two[:epoch]
 
 
-@pytest.mark.parametrize("batching_mode", ["buckets", "sorted_chunks"])
+@pytest.mark.parametrize("batching_mode", ["buckets", "sorted_chunks", "source_sorted"])
 def test_prepared_shards_resume_at_the_same_batch(corpus, tok, prepared_dir, small_chunks, batching_mode):
     """A resume over prepared shards (skip = the batches already trained on) continues the
     very stream a straight run sees: the same shard, the same offset in it."""
@@ -358,5 +406,6 @@ def test_prepared_shards_resume_at_the_same_batch(corpus, tok, prepared_dir, sma
 
 
 def test_batching_mode_is_checked():
-    with pytest.raises(ConfigError, match=r"data.batching='sorted' is not one of 'buckets', 'sorted_chunks'"):
+    expected = r"data.batching='sorted' is not one of 'buckets', 'sorted_chunks', 'source_sorted'"
+    with pytest.raises(ConfigError, match=expected):
         DataConfig(batching="sorted").validate()

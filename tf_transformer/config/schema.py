@@ -19,7 +19,7 @@ DATA_SOURCES = ("multi30k", "text", "tfds", "prepared")
 #: ``data.service_mode`` values (``tf.data.experimental.service`` processing modes).
 SERVICE_MODES = ("distributed_epoch", "parallel_epochs")
 #: ``data.batching`` values (how training batches are formed).
-BATCHING_MODES = ("buckets", "sorted_chunks")
+BATCHING_MODES = ("buckets", "sorted_chunks", "source_sorted")
 #: ``decode.stop_rule`` values (beam search's stop rules: tf_transformer.decoding.beam_search).
 STOP_RULES = ("bound", "beam_finished")
 #: ``model.attention_init`` values (how the attention projections start: tf_transformer.layers.encoder).
@@ -182,7 +182,9 @@ class DataConfig:
     bucket_width: int = 0  # 0 = automatic (2-token buckets up to 64, then 10% wider each)
     # training batches: "buckets" = 2-D length buckets filled pair by pair (group_by_window);
     # "sorted_chunks" = chunks of shuffle_buffer pairs sorted by length and cut into batches
-    # by vectorised graph ops (per-batch, not per-pair, serial work: for large corpora)
+    # by vectorised graph ops (per-batch, not per-pair, serial work: for large corpora);
+    # "source_sorted" = the same chunks sorted by source length only and cut greedily at the
+    # budget (fairseq's batching: one source length per batch, target lengths free)
     batching: str = "buckets"
     shuffle_buffer: int = 100_000
     seed: int = 1234

@@ -43,6 +43,15 @@ this costs that per *batch*, so one pipeline's serial work no longer bounds thro
 The first 16 chunks are 1/16 of the size, so training starts after a sixteenth of a
 chunk is tokenized.
 
+``data.batching: source_sorted`` uses the same chunks but batches them as fairseq does: each
+chunk is sorted by exact source length, then target length (random tie-break), and cut
+greedily, a batch taking pairs while ``rows * (its longest side)`` stays within the budget.
+Sources of a batch share one length (or neighbouring ones), target lengths run through the
+range that follows in the sorted order. On Multi30k at 8,192 tokens with the whole corpus in
+one chunk (``parallel_pipelines: 1``, ``shuffle_buffer: 29000``): 440 pairs and 6,632 target
+tokens per batch, 99% of source and 82% of target slots real, where 2-D buckets give 521
+pairs, 7,759 target tokens and 96-97% on both sides.
+
 ``budget`` is ``data.tokens_per_batch`` (the paper: 25,000 over all replicas) divided by
 ``input_context.num_replicas_in_sync`` when an input context is given (each replica
 gets its share). Evaluation (``training=False``) reads the split once, in file order,
@@ -486,7 +495,7 @@ def _pipeline(cfg, split, tokenizer, budget, training, repeat, seed, shards, shu
     rows_t = tf.constant(rows, tf.int64)
     max_length = cfg.max_length
 
-    sorted_chunks = training and cfg.batching == "sorted_chunks"
+    sorted_chunks = training and cfg.batching in ("sorted_chunks", "source_sorted")
 
     def filter_and_key(s, t):
         s_len = tf.cast(s.row_lengths(), tf.int64)
@@ -507,7 +516,8 @@ def _pipeline(cfg, split, tokenizer, budget, training, repeat, seed, shards, shu
 
     ds = ds.map(filter_and_key, num_parallel_calls=tf.data.AUTOTUNE)
     if sorted_chunks:
-        ds = _sorted_chunks(ds, bounds, budget, shuffle_buffer, own_seed, cfg.cache, repeat, max_length)
+        ds = _sorted_chunks(ds, bounds, budget, shuffle_buffer, own_seed, cfg.cache, repeat, max_length,
+                            by_source=cfg.batching == "source_sorted")
         return ds.map(_split_target, num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.unbatch()
     if cfg.cache:
@@ -543,7 +553,7 @@ _CHUNKS_MIXED = 4  # sorted_chunks: batches are taken in turn from this many con
 _RAMP = 16  # sorted_chunks: the first _RAMP chunks hold 1/_RAMP of a chunk's pairs each
 
 
-def _sorted_chunks(ds, bounds, budget, chunk_pairs, seed, cache, repeat, max_length):
+def _sorted_chunks(ds, bounds, budget, chunk_pairs, seed, cache, repeat, max_length, by_source=False):
     """``data.batching: sorted_chunks``: ragged batches ``(source, BOS y EOS)`` from ``ds``
     (tokenized, filtered pairs in groups of up to 512), with no per-pair serial stage.
 
@@ -557,7 +567,16 @@ def _sorted_chunks(ds, bounds, budget, chunk_pairs, seed, cache, repeat, max_len
     each epoch (later chunk numbers) a new grouping. Every pair of a chunk is in exactly
     one batch; the price is one partial batch per bucket per chunk. The first 16 chunks of
     the stream hold 1/16 of a chunk each, so the first batch waits for that many pairs to be
-    read and tokenized, not for a whole chunk."""
+    read and tokenized, not for a whole chunk.
+
+    ``by_source`` (``data.batching: source_sorted``): the chunk is sorted by the exact source
+    length, then target length (random tie-break), with no length buckets, and cut greedily in
+    that order: a batch takes pairs while ``rows * max(longest source, longest BOS y)`` stays
+    within ``budget``. A batch thus holds one source length (or neighbouring ones) and the
+    target lengths that follow it in order, and batch sizes follow the lengths exactly rather
+    than a bucket's bound. This is how fairseq batches translation data (``batch_by_size`` over
+    indices sorted by source, then target length); the cut is a sequential loop over the
+    chunk's pairs (``tf.scan``), still one graph function per chunk."""
     import tensorflow as tf
 
     bounds_t = tf.constant(bounds, tf.int64)
@@ -587,16 +606,22 @@ def _sorted_chunks(ds, bounds, budget, chunk_pairs, seed, cache, repeat, max_len
         s, t = pairs[0].merge_dims(0, 1), pairs[1].merge_dims(0, 1)
         s_len = tf.cast(s.row_lengths(), tf.int64)
         t_len = tf.cast(t.row_lengths(), tf.int64) - 1  # length of BOS+y and of y+EOS
-        bucket = tf.searchsorted(bounds_t, tf.maximum(s_len, t_len), side="left", out_type=tf.int64)
         n = tf.size(s_len, out_type=tf.int64)
         draw = tf.stack([tf.constant(seed, tf.int64), 2 * index])
         ties = tf.random.stateless_uniform([n], seed=draw, minval=0, maxval=1 << 20, dtype=tf.int64)
-        order = tf.argsort((bucket * width + t_len) * (1 << 20) + ties, stable=True)
-        bucket = tf.gather(bucket, order)
-        position = tf.range(n, dtype=tf.int64) - tf.searchsorted(bucket, bucket, side="left", out_type=tf.int64)
-        starts = tf.cast(tf.equal(position % tf.gather(rows_t, bucket), 0), tf.int64)
-        batch = tf.cumsum(starts) - 1
-        count = tf.reduce_sum(starts)
+        if by_source:
+            order = tf.argsort((s_len * width + t_len) * (1 << 20) + ties, stable=True)
+            batch = _greedy_batches(tf.gather(tf.maximum(s_len, t_len), order), budget)
+            count = tf.reduce_max(tf.concat([batch, tf.constant([-1], tf.int64)], 0)) + 1
+        else:
+            bucket = tf.searchsorted(bounds_t, tf.maximum(s_len, t_len), side="left", out_type=tf.int64)
+            order = tf.argsort((bucket * width + t_len) * (1 << 20) + ties, stable=True)
+            bucket = tf.gather(bucket, order)
+            position = tf.range(n, dtype=tf.int64) - tf.searchsorted(bucket, bucket, side="left",
+                                                                     out_type=tf.int64)
+            starts = tf.cast(tf.equal(position % tf.gather(rows_t, bucket), 0), tf.int64)
+            batch = tf.cumsum(starts) - 1
+            count = tf.reduce_sum(starts)
         s_batches = tf.RaggedTensor.from_value_rowids(tf.gather(s, order), batch, nrows=count)
         t_batches = tf.RaggedTensor.from_value_rowids(tf.gather(t, order), batch, nrows=count)
         shuffled = tf.argsort(tf.random.stateless_uniform([count], seed=draw + tf.constant([0, 1], tf.int64)))
@@ -607,6 +632,24 @@ def _sorted_chunks(ds, bounds, budget, chunk_pairs, seed, cache, repeat, max_len
     # shuffle buffer of batches, this yields as soon as the first chunk is cut
     return ds.interleave(lambda s, t: tf.data.Dataset.from_tensor_slices((s, t)), cycle_length=_CHUNKS_MIXED,
                          block_length=1)
+
+
+def _greedy_batches(longest, budget: int):
+    """Batch number of each pair, in the given order, when batches are cut greedily: a pair
+    joins the current batch while ``rows * max(longest of the batch)`` stays within
+    ``budget``, else it opens the next one (a pair longer than ``budget`` alone is one batch)."""
+    import tensorflow as tf
+
+    budget = tf.constant(budget, tf.int64)
+
+    def step(state, length):
+        batch, rows, widest = state[0], state[1], state[2]
+        wider = tf.maximum(widest, length)
+        fits = tf.logical_or(tf.equal(rows, 0), (rows + 1) * wider <= budget)
+        return tf.where(fits, tf.stack([batch, rows + 1, wider]), tf.stack([batch + 1, tf.ones_like(rows), length]))
+
+    start = tf.constant([0, 0, 0], tf.int64)
+    return tf.scan(step, longest, initializer=start)[:, 0]
 
 
 def distribute_with_service(ds, data_config, split: str):

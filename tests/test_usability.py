@@ -539,3 +539,23 @@ def test_model_translate_is_the_translator(assets):
     expected = Translator(model, tok, beam_size=2).translate(texts)[0]
     assert model.translate(texts, tok, beam_size=2) == expected
     assert model.translate(texts[0], tok, beam_size=2) == expected[0]
+
+
+def test_reproduce_script_names_a_python_without_the_stack(tmp_path):
+    """tools/reproduce_multi30k.sh run with a Python that lacks the packages stops at once with a
+    message naming that Python and the fix, before it creates the run directory (no traceback
+    from deep inside the training command)."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "tools" / "reproduce_multi30k.sh"
+    fake = tmp_path / "python-without-keras"
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    run = tmp_path / "run"
+    out = subprocess.run([str(script), str(run)], capture_output=True, text=True, timeout=60, check=False,
+                         env=dict(os.environ, PY=str(fake)))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert f"reproduce: {fake} cannot import keras" in out.stderr and "make install" in out.stderr
+    assert "Traceback" not in out.stderr and not run.exists()

@@ -21,6 +21,8 @@
 #             resumed run trains for what its earlier sittings left of it
 #   BASELINE  environment: another system's test2016 translations (a file, .gz allowed): the
 #             report compares the chosen row with them (paired bootstrap)
+#   PY        environment: the Python to run (default: .venv/bin/python when there is one, else
+#             python); checked first for the packages the run needs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # this checkout's package, for the training and for the report alike (a PY from another checkout's
@@ -30,7 +32,15 @@ RUN=${1:-runs/multi30k_tiny}
 shift || true
 [ "${1:-}" = "--" ] && shift
 MINUTES=${MINUTES:-105}
-PY=${PY:-python}
+if [ -z "${PY:-}" ]; then  # this checkout's virtualenv (make install) when there is one
+    if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python; fi
+fi
+if ! "$PY" -c "import keras, tensorflow_text, sacrebleu, sacremoses, matplotlib" 2>/dev/null; then
+    echo "reproduce: $PY cannot import keras, tensorflow_text, sacrebleu, sacremoses and matplotlib;" \
+        "run 'make install' (a virtualenv in .venv, which this script then uses) or set PY to a Python" \
+        "that has them (make reproduce does both)" >&2
+    exit 2
+fi
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-3}
 OVERRIDES=()
 for o in "$@"; do OVERRIDES+=(--set "$o"); done

@@ -48,9 +48,9 @@ chunk is sorted by exact source length, then target length (random tie-break), a
 greedily, a batch taking pairs while ``rows * (its longest side)`` stays within the budget.
 Sources of a batch share one length (or neighbouring ones), target lengths run through the
 range that follows in the sorted order. On Multi30k at 8,192 tokens with the whole corpus in
-one chunk (``parallel_pipelines: 1``, ``shuffle_buffer: 29000``): 440 pairs and 6,632 target
-tokens per batch, 99% of source and 82% of target slots real, where 2-D buckets give 521
-pairs, 7,759 target tokens and 96-97% on both sides.
+one chunk (``parallel_pipelines: 1``, ``shuffle_buffer: 29000``): 440 pairs and 6,642 target
+tokens per batch, 99% of source and 82% of target slots real, where 2-D buckets give 522
+pairs, 7,770 target tokens and 96-97% on both sides (tools/bench/input_pipeline.py).
 
 ``budget`` is ``data.tokens_per_batch`` (the paper: 25,000 over all replicas) divided by
 ``input_context.num_replicas_in_sync`` when an input context is given (each replica

@@ -28,12 +28,14 @@ demo: $(STAMP)
 # Transformer-Tiny on Multi30k (Wu et al., ACL 2021): tools/reproduce_multi30k.sh; resumable
 # (run it again after an interruption). RUN, MINUTES (whole-run training budget) and SET
 # (space-separated overrides, e.g. SET="train.seed=2 data.seed=2") may be given; BASELINE=FILE
-# (another system's test2016 output) adds a paired comparison with it to the report.
+# (another system's test2016 output) adds a paired comparison with it to the report. CONFIG picks
+# the preset (multi30k_tiny_fairseq: the same recipe with fairseq's initialisation and batching).
 RUN     ?= runs/multi30k_tiny
 MINUTES ?= 105
 SET     ?=
+CONFIG  ?= multi30k_tiny
 reproduce: $(STAMP)
-	PY=$(PY) MINUTES=$(MINUTES) tools/reproduce_multi30k.sh $(RUN) -- $(SET)
+	PY=$(PY) MINUTES=$(MINUTES) CONFIG=$(CONFIG) tools/reproduce_multi30k.sh $(RUN) -- $(SET)
 
 # The same on several seeds, one run after another (RUN-seedN, train.seed = data.seed = N),
 # then tools/multi30k_summary.py over them: one run is one draw (runs on different seeds
@@ -42,7 +44,7 @@ reproduce: $(STAMP)
 SEEDS ?= 1 2 3
 reproduce-seeds: $(STAMP)
 	@for s in $(SEEDS); do \
-	  PY=$(PY) MINUTES=$(MINUTES) tools/reproduce_multi30k.sh $(RUN)-seed$$s -- train.seed=$$s data.seed=$$s $(SET) \
+	  PY=$(PY) MINUTES=$(MINUTES) CONFIG=$(CONFIG) tools/reproduce_multi30k.sh $(RUN)-seed$$s -- train.seed=$$s data.seed=$$s $(SET) \
 	    || exit $$?; \
 	done
 	$(PY) tools/multi30k_summary.py $(foreach s,$(SEEDS),$(RUN)-seed$(s)) --json $(RUN)-seeds.json > $(RUN)-seeds.md

@@ -30,6 +30,23 @@ def test_base_and_big_match_the_paper():
     assert big.train.train_steps == 300000 and big.train.average_last == 20
 
 
+def test_multi30k_tiny_fairseq_is_the_tiny_recipe_with_only_fairseqs_details():
+    """The fairseq variant changes exactly the fields that differ between fairseq's Transformer
+    and ours, and inherits everything else (model size, schedule, peak learning rate 0.005)."""
+    import dataclasses
+
+    overrides = ["model.attention_bias=true", "model.qkv_init_gain=0.7071067811865476",
+                 "model.layer_norm_epsilon=1e-5", "model.ffn_init=fan_in_uniform", "train.adam_epsilon=1e-8",
+                 "data.batching=source_sorted", "data.parallel_pipelines=1", "data.shuffle_buffer=29000"]
+    variant = load_config("multi30k_tiny_fairseq")
+    expected = load_config("multi30k_tiny", overrides)
+    assert variant.name == "multi30k_tiny_fairseq"
+    assert dataclasses.replace(variant, name=expected.name) == expected
+    assert variant.model != load_config("multi30k_tiny").model  # the overrides are not defaults
+    t, m = variant.train, variant.model
+    assert t.learning_rate_scale * m.d_model ** -0.5 * t.warmup_steps ** -0.5 == pytest.approx(0.005)
+
+
 def test_table3_rows_change_only_their_fields():
     a1 = load_config("table3/A1").model.resolved()
     assert (a1.num_heads, a1.key_dim, a1.value_dim) == (1, 512, 512)

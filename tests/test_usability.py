@@ -559,3 +559,22 @@ def test_reproduce_script_names_a_python_without_the_stack(tmp_path):
     assert out.returncode == 2, out.stdout + out.stderr
     assert f"reproduce: {fake} cannot import keras" in out.stderr and "make install" in out.stderr
     assert "Traceback" not in out.stderr and not run.exists()
+
+
+def test_reproduce_script_trains_the_config_it_is_given(tmp_path):
+    """CONFIG picks the preset the reproduction trains; an unknown one stops with tft's one-line
+    message listing the presets, before anything is written."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "tools" / "reproduce_multi30k.sh"
+    run = tmp_path / "run"
+    out = subprocess.run([str(script), str(run)], capture_output=True, text=True, timeout=300, check=False,
+                         env=dict(os.environ, PY=sys.executable, CONFIG="multi30k_tiny_fairsek"))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "reproduce: training multi30k_tiny_fairsek into" in out.stderr
+    assert "config 'multi30k_tiny_fairsek' is neither a file nor a preset" in out.stderr
+    assert "multi30k_tiny_fairseq" in out.stderr  # the presets it could have meant
+    assert "Traceback" not in out.stderr and not run.exists()

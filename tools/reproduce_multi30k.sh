@@ -23,6 +23,8 @@
 #             report compares the chosen row with them (paired bootstrap)
 #   PY        environment: the Python to run (default: .venv/bin/python when there is one, else
 #             python); checked first for the packages the run needs
+#   CONFIG    environment: the preset or YAML file to train (default multi30k_tiny; e.g.
+#             multi30k_tiny_fairseq, the same recipe with fairseq's initialisation and batching)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # this checkout's package, for the training and for the report alike (a PY from another checkout's
@@ -32,6 +34,7 @@ RUN=${1:-runs/multi30k_tiny}
 shift || true
 [ "${1:-}" = "--" ] && shift
 MINUTES=${MINUTES:-105}
+CONFIG=${CONFIG:-multi30k_tiny}
 if [ -z "${PY:-}" ]; then  # this checkout's virtualenv (make install) when there is one
     if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python; fi
 fi
@@ -48,8 +51,8 @@ for o in "$@"; do OVERRIDES+=(--set "$o"); done
 start=$(date +%s)
 LEFT=$("$PY" tools/multi30k_report.py --run "$RUN" --minutes-left "$MINUTES")
 if awk -v left="$LEFT" 'BEGIN { exit !(left > 0) }'; then
-    echo "reproduce: training multi30k_tiny into $RUN (budget $MINUTES minutes for the whole run, $LEFT left)" >&2
-    "$PY" -m tf_transformer.cli train --config multi30k_tiny --model-dir "$RUN" \
+    echo "reproduce: training $CONFIG into $RUN (budget $MINUTES minutes for the whole run, $LEFT left)" >&2
+    "$PY" -m tf_transformer.cli train --config "$CONFIG" --model-dir "$RUN" \
         --set train.max_minutes="$LEFT" "${OVERRIDES[@]}"
 else
     echo "reproduce: $RUN has finished training (early stopping, or its budget of $MINUTES minutes used); on to the report" >&2

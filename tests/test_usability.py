@@ -541,21 +541,26 @@ def test_model_translate_is_the_translator(assets):
     assert model.translate(texts[0], tok, beam_size=2) == expected[0]
 
 
-def test_reproduce_script_names_a_python_without_the_stack(tmp_path):
-    """tools/reproduce_multi30k.sh run with a Python that lacks the packages stops at once with a
-    message naming that Python and the fix, before it creates the run directory (no traceback
-    from deep inside the training command)."""
+def _reproduce(run, timeout, **env):
+    """tools/reproduce_multi30k.sh RUN with these environment variables added; its result."""
     import os
     import subprocess
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[1] / "tools" / "reproduce_multi30k.sh"
+    return subprocess.run([str(script), str(run)], capture_output=True, text=True, timeout=timeout, check=False,
+                          env=dict(os.environ, **env))
+
+
+def test_reproduce_script_names_a_python_without_the_stack(tmp_path):
+    """tools/reproduce_multi30k.sh run with a Python that lacks the packages stops at once with a
+    message naming that Python and the fix, before it creates the run directory (no traceback
+    from deep inside the training command)."""
     fake = tmp_path / "python-without-keras"
     fake.write_text("#!/bin/sh\nexit 1\n")
     fake.chmod(0o755)
     run = tmp_path / "run"
-    out = subprocess.run([str(script), str(run)], capture_output=True, text=True, timeout=60, check=False,
-                         env=dict(os.environ, PY=str(fake)))
+    out = _reproduce(run, 60, PY=str(fake))
     assert out.returncode == 2, out.stdout + out.stderr
     assert f"reproduce: {fake} cannot import keras" in out.stderr and "make install" in out.stderr
     assert "Traceback" not in out.stderr and not run.exists()
@@ -564,15 +569,10 @@ def test_reproduce_script_names_a_python_without_the_stack(tmp_path):
 def test_reproduce_script_trains_the_config_it_is_given(tmp_path):
     """CONFIG picks the preset the reproduction trains; an unknown one stops with tft's one-line
     message listing the presets, before anything is written."""
-    import os
-    import subprocess
     import sys
-    from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "tools" / "reproduce_multi30k.sh"
     run = tmp_path / "run"
-    out = subprocess.run([str(script), str(run)], capture_output=True, text=True, timeout=300, check=False,
-                         env=dict(os.environ, PY=sys.executable, CONFIG="multi30k_tiny_fairsek"))
+    out = _reproduce(run, 300, PY=sys.executable, CONFIG="multi30k_tiny_fairsek")
     assert out.returncode == 2, out.stdout + out.stderr
     assert "reproduce: training multi30k_tiny_fairsek into" in out.stderr
     assert "config 'multi30k_tiny_fairsek' is neither a file nor a preset" in out.stderr

@@ -25,6 +25,15 @@
 #
 # Usage: FSPY=/work/fsvenv/bin/python tools/bench/fairseq_multi30k.sh RUN_DIR [SEED]
 #   PY    this package's python (default .venv/bin/python), for the vocabulary and the scores
+#   TEXT  spm (default): the raw bundled text in the preset's 10k SentencePiece pieces, as our runs
+#         see it; moses_bpe: the text as Wu et al. prepared theirs (their repository ships it already
+#         split): Moses punctuation normalisation and tokenization (tools/bench/multi30k_pretokenize.py),
+#         lowercased, then a joint BPE of MERGES merge operations (default 10000) learned on the
+#         training text of both languages with subword-nmt (`pip install subword-nmt==0.3.8` in the
+#         fairseq virtualenv). Outputs are then lowercased and tokenized; the lowercased Moses-
+#         tokenized BLEU scores them against the raw references as it scores ours (tokenizing
+#         tokenized text again changes nothing), while sacreBLEU and chrF, which see case and the
+#         references' own spacing, are not comparable with our runs' under this setting.
 # Resumable: rerun the same command; fairseq resumes from RUN_DIR/checkpoints/checkpoint_last.pt
 # (at most one epoch, ~65 updates, is lost) with its early-stopping count restored, and finished
 # steps are skipped.
@@ -35,14 +44,53 @@ SEED=${2:-1}
 PY=${PY:-.venv/bin/python}
 FSPY=${FSPY:?FSPY: the python of a virtualenv with fairseq (see the setup above)}
 FSBIN=$(dirname "$FSPY")
+TEXT=${TEXT:-spm}
+MERGES=${MERGES:-10000}
 DATA=data/multi30k
+case "$TEXT" in
+    spm) REMOVE_BPE=sentencepiece ;;
+    moses_bpe) REMOVE_BPE=subword_nmt ;;
+    *) echo "fairseq_multi30k.sh: TEXT=$TEXT: expected spm or moses_bpe" >&2; exit 2 ;;
+esac
 mkdir -p "$RUN"
+# a run directory keeps the text it was started with: resuming it under another TEXT or MERGES would
+# train on token ids of another dictionary
+if [ -f "$RUN/text.setting" ]; then
+    if [ "$(cat "$RUN/text.setting")" != "$TEXT $MERGES" ]; then
+        echo "fairseq_multi30k.sh: $RUN was prepared with TEXT MERGES = $(cat "$RUN/text.setting"), not $TEXT $MERGES" >&2
+        exit 2
+    fi
+elif [ ! -f "$RUN/bin/dict.de.txt" ]; then
+    echo "$TEXT $MERGES" > "$RUN/text.setting"
+fi
 # fairseq's OpenMP threads spin in the kernel when they wait (half the CPU time as system time on
 # 2 vCPUs); waiting passively gave 0.60 updates/s against 0.56
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 # fairseq 0.12 stores its options (an argparse.Namespace) in its checkpoints, which torch >= 2.6
 # refuses to unpickle by default; these are this script's own checkpoints
 export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
+
+if [ ! -f "$RUN/bin/dict.de.txt" ] && [ "$TEXT" = moses_bpe ]; then
+    "$PY" tools/bench/multi30k_pretokenize.py prepare --out "$RUN/tok"
+    mkdir -p "$RUN/text"
+    for split in train val test2016; do
+        for lang in en de; do
+            "$PY" -c 'import gzip, sys
+with gzip.open(sys.argv[1], "rt", encoding="utf-8") as f, open(sys.argv[2], "w", encoding="utf-8") as out:
+    out.writelines(line.lower() for line in f)' "$RUN/tok/$split.$lang.gz" "$RUN/tok/$split.$lang"
+        done
+    done
+    cat "$RUN/tok/train.en" "$RUN/tok/train.de" \
+        | "$FSBIN/subword-nmt" learn-bpe -s "$MERGES" > "$RUN/bpe.codes"
+    for split in train val test2016; do
+        for lang in en de; do
+            "$FSBIN/subword-nmt" apply-bpe -c "$RUN/bpe.codes" < "$RUN/tok/$split.$lang" > "$RUN/text/$split.$lang"
+        done
+    done
+    "$FSBIN/fairseq-preprocess" --source-lang en --target-lang de --trainpref "$RUN/text/train" \
+        --validpref "$RUN/text/val" --testpref "$RUN/text/test2016" --destdir "$RUN/bin" \
+        --workers 2 --joined-dictionary
+fi
 
 if [ ! -f "$RUN/bin/dict.de.txt" ]; then
     "$PY" -m tf_transformer.cli build-vocab -c multi30k_tiny --output "$RUN/spm"
@@ -124,7 +172,7 @@ for weights in avg10 checkpoints/checkpoint_best checkpoints/checkpoint_last; do
         out="$RUN/$name.$subset.de"
         [ -f "$out" ] && continue
         "$FSBIN/fairseq-generate" "$RUN/bin" --task translation --cpu --path "$RUN/$weights.pt" \
-            --gen-subset "$subset" --beam 5 --batch-size 128 --remove-bpe sentencepiece \
+            --gen-subset "$subset" --beam 5 --batch-size 128 --remove-bpe "$REMOVE_BPE" \
             --required-batch-size-multiple 1 \
             > "$RUN/$name.$subset.generate.log"
         grep '^D-' "$RUN/$name.$subset.generate.log" | sed 's/^D-//' | sort -n -k1,1 | cut -f3 > "$out.tmp"

@@ -48,20 +48,21 @@ TEXT=${TEXT:-spm}
 MERGES=${MERGES:-10000}
 DATA=data/multi30k
 case "$TEXT" in
-    spm) REMOVE_BPE=sentencepiece ;;
-    moses_bpe) REMOVE_BPE=subword_nmt ;;
+    spm) REMOVE_BPE=sentencepiece; SETTING=spm ;;
+    moses_bpe) REMOVE_BPE=subword_nmt; SETTING="moses_bpe, MERGES=$MERGES" ;;
     *) echo "fairseq_multi30k.sh: TEXT=$TEXT: expected spm or moses_bpe" >&2; exit 2 ;;
 esac
 mkdir -p "$RUN"
 # a run directory keeps the text it was started with: resuming it under another TEXT or MERGES would
 # train on token ids of another dictionary
 if [ -f "$RUN/text.setting" ]; then
-    if [ "$(cat "$RUN/text.setting")" != "$TEXT $MERGES" ]; then
-        echo "fairseq_multi30k.sh: $RUN was prepared with TEXT MERGES = $(cat "$RUN/text.setting"), not $TEXT $MERGES" >&2
+    if [ "$(cat "$RUN/text.setting")" != "$SETTING" ]; then
+        echo "fairseq_multi30k.sh: $RUN was prepared with TEXT=$(cat "$RUN/text.setting"), not TEXT=$SETTING;" \
+            "rerun with those settings or give another RUN_DIR" >&2
         exit 2
     fi
 elif [ ! -f "$RUN/bin/dict.de.txt" ]; then
-    echo "$TEXT $MERGES" > "$RUN/text.setting"
+    echo "$SETTING" > "$RUN/text.setting"
 fi
 # fairseq's OpenMP threads spin in the kernel when they wait (half the CPU time as system time on
 # 2 vCPUs); waiting passively gave 0.60 updates/s against 0.56

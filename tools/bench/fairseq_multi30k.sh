@@ -72,20 +72,14 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
 
 if [ ! -f "$RUN/bin/dict.de.txt" ] && [ "$TEXT" = moses_bpe ]; then
-    "$PY" tools/bench/multi30k_pretokenize.py prepare --out "$RUN/tok"
+    "$PY" tools/bench/multi30k_pretokenize.py prepare --lowercase --out "$RUN/tok"
     mkdir -p "$RUN/text"
-    for split in train val test2016; do
-        for lang in en de; do
-            "$PY" -c 'import gzip, sys
-with gzip.open(sys.argv[1], "rt", encoding="utf-8") as f, open(sys.argv[2], "w", encoding="utf-8") as out:
-    out.writelines(line.lower() for line in f)' "$RUN/tok/$split.$lang.gz" "$RUN/tok/$split.$lang"
-        done
-    done
-    cat "$RUN/tok/train.en" "$RUN/tok/train.de" \
+    gzip -dc "$RUN/tok/train.en.gz" "$RUN/tok/train.de.gz" \
         | "$FSBIN/subword-nmt" learn-bpe -s "$MERGES" > "$RUN/bpe.codes"
     for split in train val test2016; do
         for lang in en de; do
-            "$FSBIN/subword-nmt" apply-bpe -c "$RUN/bpe.codes" < "$RUN/tok/$split.$lang" > "$RUN/text/$split.$lang"
+            gzip -dc "$RUN/tok/$split.$lang.gz" \
+                | "$FSBIN/subword-nmt" apply-bpe -c "$RUN/bpe.codes" > "$RUN/text/$split.$lang"
         done
     done
     "$FSBIN/fairseq-preprocess" --source-lang en --target-lang de --trainpref "$RUN/text/train" \

@@ -15,7 +15,8 @@ outputs are detokenized first (``detok``).
     python tools/bench/multi30k_pretokenize.py detok RUN/report/outputs/FILE.de OUT.de
     tft score --reference data/multi30k/test2016.de.gz OUT.de
 
-Text stays cased (``data.lowercase: true`` lowercases inside the model, as in run 11).
+Text stays cased unless ``--lowercase`` (our runs use ``data.lowercase: true``, which lowercases inside
+the model, as in run 11).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ SPLITS = ("train", "val", "test2016")
 LANGS = ("en", "de")
 
 
-def prepare(source: Path, out: Path) -> None:
+def prepare(source: Path, out: Path, lowercase: bool = False) -> None:
     from sacremoses import MosesPunctNormalizer
 
     from tf_transformer.cli._common import read_text_lines
@@ -43,10 +44,12 @@ def prepare(source: Path, out: Path) -> None:
             raw = read_text_lines(str(source / f"{split}.{lang}.gz"), "--source", "multi30k_pretokenize")
             normalized = [normalizer.normalize(line) for line in raw]
             tokenized = moses_tokenize(normalized, lang)
-            with gzip.open(out / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
-                f.write("".join(line + "\n" for line in tokenized))
             changed_by_norm = sum(a != b for a, b in zip(raw, normalized))
             not_idempotent = sum(a != b for a, b in zip(moses_tokenize(tokenized, lang), tokenized))
+            if lowercase:  # after tokenization: the order of the recorded fairseq run (RESULTS.md, fifth part)
+                tokenized = [line.lower() for line in tokenized]
+            with gzip.open(out / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.write("".join(line + "\n" for line in tokenized))
             print(f"{split}.{lang}: {len(raw):,} lines; punctuation normalisation changed {changed_by_norm:,}; "
                   f"tokenizing the output again would change {not_idempotent:,}")
 
@@ -69,6 +72,9 @@ def main(argv=None) -> int:
     p.add_argument("--source", type=Path, default=ROOT / "data" / "multi30k",
                    help="folder of the raw {train,val,test2016}.{en,de}.gz (default: the bundled data/multi30k)")
     p.add_argument("--out", type=Path, required=True, help="folder to write (data.multi30k_dir)")
+    p.add_argument("--lowercase", action="store_true",
+                   help="lowercase the tokenized text (fairseq_multi30k.sh TEXT=moses_bpe); our runs lowercase "
+                        "inside the model instead (data.lowercase)")
     d = sub.add_parser("detok", help="Moses-detokenize a file of tokenized outputs")
     d.add_argument("input", type=Path)
     d.add_argument("output", type=Path)
@@ -79,7 +85,7 @@ def main(argv=None) -> int:
 
     try:
         if args.command == "prepare":
-            prepare(args.source, args.out)
+            prepare(args.source, args.out, args.lowercase)
         else:
             detok(args.input, args.output, args.lang)
     except UserError as e:

@@ -62,6 +62,22 @@ def test_score_does_not_load_tensorflow(files):
     assert done.stdout.strip().splitlines()[-1] == "0 False", done.stdout + done.stderr
 
 
+def test_score_notes_tokenized_lowercased_files_once(files, capsys):
+    tokenized = [" ".join(r.lower().replace(".", " .").split()) for r in REFS]
+    (files / "tok.txt").write_text("\n".join(tokenized) + "\n", encoding="utf-8")
+    code = main(["score", "--reference", str(files / "test.de.gz"), str(files / "tok.txt"), str(files / "good.txt"),
+                 "--bootstrap", "20", "--json", str(files / "s.json")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out.count("note: 30 of 30 outputs end in a tokenized period") == 1
+    assert out.count("note: the outputs have no capital letter, 30 of 30 references have") == 1
+    assert "forgot to detokenize" not in out + err
+    systems = json.loads((files / "s.json").read_text())["systems"]
+    assert len(systems[str(files / "tok.txt")]["notes"]) == 2 and systems[str(files / "good.txt")]["notes"] == []
+    # the lowercased Moses-tokenized BLEU of the tokenized lowercased copy of the references is perfect
+    assert systems[str(files / "tok.txt")]["scores"]["bleu_lc_moses"]["score"] == pytest.approx(100.0)
+
+
 def test_score_without_bootstrap_and_metric_choice(files, capsys):
     code = main(["score", "--reference", str(files / "test.de.gz"), str(files / "good.txt"), "--bootstrap", "0",
                  "--metrics", "chrf,sacrebleu"])

@@ -428,6 +428,46 @@ def test_evaluation_warns_when_most_outputs_are_empty():
     assert text.startswith("3 of 4 translations (75%) are empty")
 
 
+def test_notes_on_tokenized_and_uncased_outputs():
+    from tf_transformer.evaluation.bleu import tokenized_outputs, uncased_outputs
+
+    detok = ["Ein Hund läuft."] * 200
+    tok = ["ein hund läuft ."] * 200
+    assert tokenized_outputs(detok) is None
+    assert tokenized_outputs(tok[:99] + detok[:101]) is None  # 99 of 200: below sacreBLEU's 100
+    assert tokenized_outputs(tok[:100] + detok[:100]).startswith("100 of 200 outputs end in a tokenized period")
+    assert tokenized_outputs(tok[:5] + detok[:5]) is not None  # a short file: half its lines, at least 5
+    assert tokenized_outputs(tok[:4] + detok[:4]) is None
+    assert tokenized_outputs(tok[:5] + detok[:6]) is None  # 5 of 11: not half
+    refs = ["Ein Hund rennt.", "Zwei Katzen.", "drei mäuse."]
+    assert uncased_outputs(["ein hund läuft .", "zwei katzen .", "drei mäuse ."], refs).startswith(
+        "the outputs have no capital letter, 2 of 3 references have")
+    assert uncased_outputs(["ein hund läuft .", "Zwei katzen .", "x"], refs) is None  # one capital: cased
+    assert uncased_outputs(["a", "b", "c"], ["a", "B", "c"]) is None  # most references lowercase too
+
+
+def test_bleu_metrics_score_tokenized_text_as_sacrebleu_does_without_its_log_lines(caplog):
+    """force=True only silences sacreBLEU's "forgot to detokenize" lines: same score, same signature."""
+    import logging
+
+    from sacrebleu.metrics import BLEU
+
+    from tf_transformer.evaluation.bleu import METRICS
+
+    hyps = ["ein hund läuft im schnee ."] * 60 + ["ein mann fährt rad ."] * 60
+    refs = ["Ein Hund rennt im Schnee."] * 60 + ["Ein Mann fährt Fahrrad."] * 60
+    for key, plain in (("sacrebleu", BLEU()), ("bleu_lc", BLEU(lowercase=True, tokenize="13a"))):
+        with caplog.at_level(logging.WARNING, logger="sacrebleu"):
+            caplog.clear()
+            expected = plain.corpus_score(hyps, [refs])
+            assert "tokenized period" in caplog.text  # sacreBLEU's own check fires on this text
+            caplog.clear()
+            got = METRICS[key](hyps, refs)
+            assert caplog.text == ""
+        assert got.score == pytest.approx(expected.score, abs=1e-9)
+        assert got.signature == str(plain.get_signature())
+
+
 def test_signatures_name_each_field_once():
     from tf_transformer.evaluation.bleu import evaluate_translations
 

@@ -81,7 +81,13 @@ def load_pairs(args, cfg):
 def run(args: argparse.Namespace) -> int:
     from tf_transformer.cli.decode import build_translator, decode_settings, describe
     from tf_transformer.decoding.translator import ProgressBar
-    from tf_transformer.evaluation.bleu import empty_outputs, evaluate_translations, format_scores, references_for
+    from tf_transformer.evaluation.bleu import (
+        empty_outputs,
+        evaluate_translations,
+        format_scores,
+        references_for,
+        tokenized_outputs,
+    )
     from tf_transformer.evaluation.degenerate import degenerate_outputs
 
     cfg, _ = decode_settings(args)
@@ -106,9 +112,9 @@ def run(args: argparse.Namespace) -> int:
     if stats.truncated:
         print(f"tft evaluate: warning: {stats.truncated} source(s) longer than the model limit of "
               f"{translator.limit} tokens were cut to it", file=sys.stderr)
-    warning = empty_outputs(hyps, sources)
-    if warning:
-        print(f"tft evaluate: warning: {warning}", file=sys.stderr)
+    for warning in (empty_outputs(hyps, sources), tokenized_outputs(hyps)):
+        if warning:
+            print(f"tft evaluate: warning: {warning}", file=sys.stderr)
     if getattr(translator.tokenizer, "lowercase", False):
         if getattr(translator.tokenizer, "recaser", None) is not None:
             print("tft evaluate: the model's vocabulary lowercases (data.lowercase): its outputs were recased by "

@@ -14,11 +14,13 @@ from tf_transformer.errors import UserError
 EPILOG = """\
 Every metric of tft evaluate (tft evaluate --help lists them) on each HYPOTHESES file, and
 its degenerate outputs (repetition loops; with --source, outputs over twice their source's
-length), each metric with a 95% interval from bootstrap resampling of the test sentences (Koehn 2004): a test
-set is a sample, and on 1,000 sentences a BLEU of 40 is good to about +-1.6. With
---baseline, each file is also compared with the baseline on the same resampled test sets
-(paired): the difference, its 95% interval, the share of resamples where the file scores
-higher, and a two-sided p-value for "no difference".
+length), each metric with a 95% interval from bootstrap resampling of the test sentences
+(Koehn 2004): a test set is a sample, and on 1,000 sentences a BLEU of 40 is good to about
++-1.6. With --baseline, each file is also compared with the baseline on the same resampled
+test sets (paired): the difference, its 95% interval, the share of resamples where the file
+scores higher, and a two-sided p-value for "no difference". A note says when a file looks
+tokenized or has no capital letter: sacreBLEU and chrF2 are then not comparable with
+published figures (BLEU lowercased, Moses tok, is).
 
 examples:
   tft score --reference data/multi30k/test2016.de.gz out.de
@@ -69,7 +71,7 @@ def language_of(reference: str, lang: str | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from tf_transformer.cli._common import read_text_lines
-    from tf_transformer.evaluation.bleu import METRICS
+    from tf_transformer.evaluation.bleu import METRICS, tokenized_outputs, uncased_outputs
     from tf_transformer.evaluation.degenerate import degenerate_outputs
     from tf_transformer.evaluation.significance import Scorer, format_comparisons, format_intervals
 
@@ -113,6 +115,10 @@ def run(args: argparse.Namespace) -> int:
     # each file's text (and the references') prepared once for its scores, interval and comparison
     scorer = Scorer(references, lang, samples=args.bootstrap, seed=args.seed, metrics=keys)
     base_stats = scorer.system(baseline) if baseline is not None else None
+    if baseline is not None:
+        for note in (tokenized_outputs(baseline), uncased_outputs(baseline, references)):
+            if note:
+                print(f"note: --baseline {args.baseline}: {note}")
     for path, hyps in systems.items():
         stats = scorer.system(hyps)
         scores = {k: st.score for k, st in stats.items()}
@@ -133,6 +139,10 @@ def run(args: argparse.Namespace) -> int:
             for s in scores.values():
                 print(f"{s.name:<{width}} {s.score:6.2f}  {s.detail}".rstrip())
         print(degenerate.line())
+        notes = [n for n in (tokenized_outputs(hyps), uncased_outputs(hyps, references)) if n]
+        for note in notes:
+            print(f"note: {note}")
+        entry["notes"] = notes
         if baseline is not None:
             print(f"   against the baseline {args.baseline} (paired; difference = this file - baseline):")
             comparisons = scorer.compare(base_stats, stats)

@@ -53,6 +53,8 @@ __all__ = [
     "references_for",
     "sacre_bleu",
     "tokenize_13a",
+    "tokenized_outputs",
+    "uncased_outputs",
 ]
 
 _HYPHEN_IN_WORD = re.compile(r"(?<=\S)-(?=\S)")
@@ -159,13 +161,14 @@ class MetricSpec:
         return self.score_of(metric, metric.corpus_score(hyp, [ref]), lang)
 
 
-#: Every metric :func:`evaluate_translations` reports, in its order. The tokenized ones use
-#: ``tokenize="none", force=True``: the text is tokenized on purpose (no "forgot to
-#: detokenize" warning).
+#: Every metric :func:`evaluate_translations` reports, in its order. All BLEU variants use
+#: ``force=True``: the tokenized ones tokenize on purpose, and for the others
+#: :func:`tokenized_outputs` says once what sacreBLEU's "forgot to detokenize" log lines say
+#: per metric and per bootstrap pass (``force`` is not part of the signature).
 METRICS: dict[str, MetricSpec] = {spec.key: spec for spec in (
-    MetricSpec("sacrebleu", "sacreBLEU (detok, cased)", "bleu"),
+    MetricSpec("sacrebleu", "sacreBLEU (detok, cased)", "bleu", (("force", True),)),
     MetricSpec("chrf", "chrF2", "chrf"),
-    MetricSpec("bleu_lc", "BLEU lowercased (13a)", "bleu", (("lowercase", True), ("tokenize", "13a"))),
+    MetricSpec("bleu_lc", "BLEU lowercased (13a)", "bleu", (("lowercase", True), ("tokenize", "13a"), ("force", True))),
     MetricSpec("bleu_lc_moses", "BLEU lowercased (Moses tok)", "bleu", (("tokenize", "none"), ("force", True)),
                _moses_lowercased, lambda lang: {"tok": f"moses-{lang}", "case": "lc"}),
     MetricSpec("bleu_paper", "BLEU tok+compound (paper)", "bleu", (("tokenize", "none"), ("force", True)),
@@ -235,6 +238,38 @@ def empty_outputs(hypotheses: Sequence[str], sources: Sequence[str], most: float
         return None
     return (f"{empty:,} of {len(asked):,} translations ({100 * empty / len(asked):.0f}%) are empty: the model "
             "stops at once (undertrained, or not the vocabulary it was trained with); the scores below mean little")
+
+
+def tokenized_outputs(hypotheses: Sequence[str], least: int = 100) -> Optional[str]:
+    """A note when the outputs look tokenized, else None: at least ``least`` lines (or, in a
+    shorter file, half its lines and at least 5) end in a period split off by a space (" ."),
+    sacreBLEU's own test for text that was not detokenized. The metrics meant for detokenized
+    text (sacreBLEU, chrF2) then see what a tokenizer added (Moses escapes such as ``&apos;``,
+    split hyphens), so their figures are not comparable with others'; the lowercased
+    Moses-tokenized BLEU tokenizes both sides and is (tokenized text tokenizes to itself). One
+    note in place of sacreBLEU's three log lines per metric and scoring pass, which the metrics
+    here switch off (``force=True``; the signatures do not change)."""
+    count = sum(1 for h in hypotheses if h.rstrip().endswith(" ."))
+    if count < min(least, max(5, (len(hypotheses) + 1) // 2)):
+        return None
+    return (f"{count:,} of {len(hypotheses):,} outputs end in a tokenized period (' .'): they look tokenized; "
+            "sacreBLEU and chrF2 are defined on detokenized text, so detokenize before comparing them with "
+            "published figures; BLEU lowercased (Moses tok) tokenizes both sides and compares as it is")
+
+
+def uncased_outputs(hypotheses: Sequence[str], references: Sequence[str]) -> Optional[str]:
+    """A note when the outputs have no capital letter at all while most references have one
+    (a lowercasing system scored against cased references), else None: the cased metrics
+    (sacreBLEU, chrF2, the paper-style tokenized BLEU) then count every capital as an error;
+    the lowercased BLEUs do not."""
+    if any(ch.isupper() for h in hypotheses for ch in h):
+        return None
+    cased = sum(1 for r in references if any(ch.isupper() for ch in r))
+    if not hypotheses or cased * 2 <= len(references):
+        return None
+    return (f"the outputs have no capital letter, {cased:,} of {len(references):,} references have: the cased "
+            "metrics (sacreBLEU, chrF2, BLEU tok+compound) count every capital as an error; the lowercased BLEUs do "
+            "not")
 
 
 def format_scores(scores: dict[str, Score]) -> list[str]:

@@ -71,7 +71,7 @@ def language_of(reference: str, lang: str | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from tf_transformer.cli._common import read_text_lines
-    from tf_transformer.evaluation.bleu import METRICS, tokenized_outputs, uncased_outputs
+    from tf_transformer.evaluation.bleu import METRICS, text_notes
     from tf_transformer.evaluation.degenerate import degenerate_outputs
     from tf_transformer.evaluation.significance import Scorer, format_comparisons, format_intervals
 
@@ -115,10 +115,8 @@ def run(args: argparse.Namespace) -> int:
     # each file's text (and the references') prepared once for its scores, interval and comparison
     scorer = Scorer(references, lang, samples=args.bootstrap, seed=args.seed, metrics=keys)
     base_stats = scorer.system(baseline) if baseline is not None else None
-    if baseline is not None:
-        for note in (tokenized_outputs(baseline), uncased_outputs(baseline, references)):
-            if note:
-                print(f"note: --baseline {args.baseline}: {note}")
+    for note in text_notes(baseline, references) if baseline is not None else []:
+        print(f"note: --baseline {args.baseline}: {note}")
     for path, hyps in systems.items():
         stats = scorer.system(hyps)
         scores = {k: st.score for k, st in stats.items()}
@@ -139,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
             for s in scores.values():
                 print(f"{s.name:<{width}} {s.score:6.2f}  {s.detail}".rstrip())
         print(degenerate.line())
-        notes = [n for n in (tokenized_outputs(hyps), uncased_outputs(hyps, references)) if n]
+        notes = text_notes(hyps, references)
         for note in notes:
             print(f"note: {note}")
         entry["notes"] = notes

@@ -52,6 +52,7 @@ __all__ = [
     "moses_tokenize",
     "references_for",
     "sacre_bleu",
+    "text_notes",
     "tokenize_13a",
     "tokenized_outputs",
     "uncased_outputs",
@@ -270,6 +271,11 @@ def uncased_outputs(hypotheses: Sequence[str], references: Sequence[str]) -> Opt
     return (f"the outputs have no capital letter, {cased:,} of {len(references):,} references have: the cased "
             "metrics (sacreBLEU, chrF2, BLEU tok+compound) count every capital as an error; the lowercased BLEUs do "
             "not")
+
+
+def text_notes(hypotheses: Sequence[str], references: Sequence[str]) -> list[str]:
+    """The notes of :func:`tokenized_outputs` and :func:`uncased_outputs` that apply, in that order."""
+    return [n for n in (tokenized_outputs(hypotheses), uncased_outputs(hypotheses, references)) if n]
 
 
 def format_scores(scores: dict[str, Score]) -> list[str]:

@@ -105,21 +105,61 @@ def test_help_answers_without_tensorflow(argv):
     assert out.stdout.strip().endswith("tensorflow loaded: False")
 
 
+@pytest.fixture(scope="module")
+def compiled_files(tmp_path_factory):
+    """A Transformer compiled as the README does (``make_optimizer``, the smoothed loss, token
+    accuracy) and a ``TrainingModel``, each fitted for a step and saved to ``.keras``: such files
+    name the schedule, ``FusedAdam``, the loss, the metrics and the wrapper besides the layers."""
+    import keras
+    import numpy as np
+
+    from tf_transformer.model import Transformer
+    from tf_transformer.training import LabelSmoothedCrossEntropy, TokenAccuracy, TrainingModel, make_optimizer
+
+    root = tmp_path_factory.mktemp("compiled")
+    rng = np.random.default_rng(0)
+    src, tgt = rng.integers(4, 60, (4, 6)), rng.integers(4, 60, (4, 5))
+    data = ((src, tgt[:, :-1]), tgt[:, 1:])
+    small = dict(vocab_size=60, d_model=16, num_layers=1, num_heads=2, d_ff=32)
+    model = Transformer(**small)
+    model.compile(optimizer=make_optimizer(d_model=16, warmup_steps=10), loss=LabelSmoothedCrossEntropy(0.1),
+                  metrics=[TokenAccuracy()])
+    model.fit(*data, epochs=1, verbose=0)
+    model.save(root / "compiled.keras")
+    trainer = TrainingModel(Transformer(**small), label_smoothing=0.2)
+    trainer.build()
+    trainer.compile(optimizer=make_optimizer(d_model=16, warmup_steps=10))
+    trainer.fit(*data, epochs=1, verbose=0)
+    trainer.save(root / "trainer.keras")
+    keras.backend.clear_session()
+    return root / "compiled.keras", root / "trainer.keras"
+
+
 @pytest.mark.parametrize("first_import", [
     "import tf_transformer.layers",
     "from tf_transformer.layers.encoder import EncoderLayer",
     "from tf_transformer.layers.linear import linear",
     "import tf_transformer.model",
     "import tf_transformer\nimport keras",
+    "from tf_transformer.training.losses import TokenAccuracy",
+    "from tf_transformer.training import make_optimizer",
+    "import tf_transformer.training.trainer",
 ])
-def test_any_first_import_works_and_registers_the_model_with_keras(first_import):
+def test_any_first_import_works_and_registers_the_model_with_keras(first_import, compiled_files):
     """Each import order in a fresh interpreter (Keras not yet loaded): the package's hook runs when
-    ``import keras`` finishes, possibly inside a half-built layer module; the import must succeed and
-    a ``.keras`` file of the model must then load with plain ``keras.saving.load_model``."""
+    ``import keras`` finishes, possibly inside a half-built module of ours; the import must succeed and
+    ``.keras`` files of the model, of a compiled model and of the training wrapper must then load with
+    plain ``keras.saving.load_model``."""
+    compiled, trainer = compiled_files
     code = (f"{first_import}\nimport keras\n"
             "model = keras.saving.load_model('tests/data/transformer-0.1.0.keras', compile=False)\n"
-            "print('loaded', type(model).__module__, type(model).__name__)")
+            "print('loaded', type(model).__module__, type(model).__name__)\n"
+            f"model = keras.saving.load_model({str(compiled)!r})\n"
+            "print('compiled', type(model.optimizer).__name__, type(model.loss).__name__)\n"
+            f"print('wrapper', type(keras.saving.load_model({str(trainer)!r})).__name__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False,
                          cwd=REPO)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.strip().endswith("loaded tf_transformer.model Transformer"), out.stdout + out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-3:] == [
+        "loaded tf_transformer.model Transformer", "compiled FusedAdam LabelSmoothedCrossEntropy",
+        "wrapper TrainingModel"], out.stdout + out.stderr[-3000:]

@@ -5,8 +5,10 @@ does not need TensorFlow; the data pipeline, training, decoding and serving code
 
 Importing the package makes ``.keras`` files of our models loadable with plain
 ``keras.saving.load_model``: the classes such a file names (``tf_transformer>Transformer``,
-the layers) are registered with Keras as soon as Keras itself is imported (at once when it
-already is). Importing the package alone does not import Keras (``tft --help`` stays fast).
+the layers, and what a compiled model's file also names: the schedule, ``FusedAdam``, the
+loss and metrics; under the TensorFlow backend ``TrainingModel`` too) are registered with
+Keras as soon as Keras itself is imported (at once when it already is). Importing the package
+alone does not import Keras (``tft --help`` stays fast).
 """
 
 import sys
@@ -16,32 +18,43 @@ __version__ = "0.1.0"
 __all__ = ["__version__"]
 
 
-_LAYERS = "tf_transformer.layers"
-_layers_loading = False  # True while the layers package's modules are being executed
+_loading = 0  # how many of the package's modules are being executed (nested imports)
 _registration_deferred = False
 
 
 def _register_with_keras() -> None:
     global _registration_deferred
-    if _layers_loading:
-        # ``import keras`` came from a layer module that is still half-built (the first of them to
-        # load imports Keras); the model module imports those layers, so it waits for the end of
-        # the layers package (see ``_RegisterAfterKeras``).
+    if _loading:
+        # ``import keras`` came from one of our modules that is still half-built (the first of
+        # them to load imports Keras); the registering imports below may need its names, so they
+        # wait until the outermost of our modules being imported has finished (see
+        # ``_RegisterAfterKeras``).
         _registration_deferred = True
         return
     _registration_deferred = False
+    import keras
+
     import tf_transformer.model  # noqa: F401  (its import registers Transformer and every layer)
+
+    # A model saved after ``compile`` names its optimizer, schedule, loss and metrics too;
+    # these modules need Keras only.
+    import tf_transformer.training.losses  # noqa: F401
+    import tf_transformer.training.schedule  # noqa: F401
+
+    if keras.backend.backend() == "tensorflow":  # the training wrapper's step is TensorFlow code
+        import tf_transformer.training.trainer  # noqa: F401
 
 
 class _RegisterAfterKeras:
     """A ``sys.meta_path`` finder that runs :func:`_register_with_keras` right after ``import keras``
     has finished, once (a plain class: ``importlib.abc`` alone would cost ``tft --help`` 15 ms).
 
-    It also watches the import of the layers package: when Keras is first imported from inside it,
-    the registration runs once the package has finished loading instead."""
+    Until then it also watches the imports of the package's own modules: when Keras is first
+    imported from inside one of them, the registration runs once the outermost of them has
+    finished loading instead."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in ("keras", _LAYERS):
+        if fullname != "keras" and not fullname.startswith("tf_transformer."):
             return None
         import importlib.util
 
@@ -49,7 +62,7 @@ class _RegisterAfterKeras:
         try:
             spec = importlib.util.find_spec(fullname)
         finally:
-            if fullname == _LAYERS:
+            if fullname != "keras":
                 sys.meta_path.insert(0, self)  # still waiting for ``import keras``
         loader = getattr(spec, "loader", None)
         if loader is None or not hasattr(loader, "exec_module"):
@@ -62,13 +75,13 @@ class _RegisterAfterKeras:
                 _register_with_keras()
         else:
             def exec_module(module):
-                global _layers_loading
-                _layers_loading = True
+                global _loading
+                _loading += 1
                 try:
                     run(module)
                 finally:
-                    _layers_loading = False
-                if _registration_deferred:
+                    _loading -= 1
+                if _registration_deferred and not _loading:
                     _register_with_keras()
 
         loader.exec_module = exec_module

@@ -75,6 +75,7 @@ class _Accumulators:
         self.micro_steps = tf.Variable(0, dtype=tf.int64, name="accum_micro_steps", **sync)
 
 
+@keras.saving.register_keras_serializable(package="tf_transformer")
 class TrainingModel(compat.LocalReplicaBuild, keras.Model):
     """``model.fit`` wrapper around a Transformer: token-weighted label-smoothed loss,
     cross-replica normalization, gradient accumulation, global-norm clipping.
@@ -92,6 +93,11 @@ class TrainingModel(compat.LocalReplicaBuild, keras.Model):
     :mod:`~tf_transformer.training.losses`), ``perplexity`` and ``accuracy``.
 
     Build it (``trainer.build()``) and compile it under the strategy's scope before ``fit``.
+
+    It saves to ``.keras`` (``trainer.save``, ``keras.callbacks.ModelCheckpoint``) with its
+    Transformer, settings and, once compiled, its optimizer state; ``keras.saving.load_model``
+    gives it back after ``import tf_transformer``. ``trainer.transformer.save`` writes the
+    Transformer alone, which is what decoding and export read.
     """
 
     def __init__(self, transformer, label_smoothing: float = 0.1, accumulation_steps: int = 1,
@@ -121,6 +127,19 @@ class TrainingModel(compat.LocalReplicaBuild, keras.Model):
         if self._counter is None:
             self._counter = _Counter()
         self.built = True
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(transformer=keras.saving.serialize_keras_object(self.transformer),
+                      label_smoothing=self.label_smoothing, accumulation_steps=self.accumulation_steps,
+                      nominal_tokens=self.nominal_tokens, clip_norm=self.clip_norm)
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["transformer"] = keras.saving.deserialize_keras_object(config["transformer"])
+        return cls(**config)
 
     def target_tokens_seen(self) -> float:
         """Real target tokens processed by ``train_step`` so far (all replicas)."""

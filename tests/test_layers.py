@@ -1,6 +1,7 @@
 """Layers: numbers against formulas and a NumPy reference; get_config round trips."""
 
 import math
+import warnings
 
 import keras
 import numpy as np
@@ -361,3 +362,80 @@ def test_linear_and_attention_keep_the_length_of_an_empty_batch():
     g = tf.function(lambda t: mha(t), input_signature=[spec], autograph=False)
     assert tuple(g(np.zeros((0, 3, 8), "float32")).shape) == (0, 3, 8)
     assert tuple(g(np.ones((2, 3, 8), "float32")).shape) == (2, 3, 8)
+
+
+def test_attention_scores_in_a_functional_model_equal_the_eager_call():
+    """``return_attention_scores=True`` on ``keras.Input``: the symbolic call returns the nested
+    structure (output, weights) with the right shapes, and the functional model computes what
+    the eager layers do."""
+    q_in, m_in = keras.Input((None, 16)), keras.Input((None, 16))
+    mha = MultiHeadAttention(4, 4)
+    out, weights = mha(q_in, m_in, return_attention_scores=True)
+    assert tuple(out.shape) == (None, None, 16) and tuple(weights.shape) == (None, 4, None, None)
+    encoder = Encoder(2, 4, 4, d_ff=32, dropout=0.0)
+    enc_out, enc_weights = encoder(q_in, return_attention_scores=True)
+    assert len(enc_weights) == 2 and all(tuple(w.shape) == (None, 4, None, None) for w in enc_weights)
+    decoder = Decoder(1, 4, 4, d_ff=32, dropout=0.0)
+    dec_out, dec_weights = decoder(q_in, m_in, return_attention_scores=True)
+    (self_w, cross_w), = dec_weights
+    assert tuple(self_w.shape) == (None, 4, None, None) and tuple(cross_w.shape) == (None, 4, None, None)
+    model = keras.Model([q_in, m_in], [out, weights, enc_out, *enc_weights, dec_out, self_w, cross_w])
+
+    rng = np.random.default_rng(0)
+    q, m = rng.normal(size=(2, 5, 16)).astype("float32"), rng.normal(size=(2, 7, 16)).astype("float32")
+    got = [np.asarray(t) for t in model([q, m])]
+    eager_out, eager_w = mha(q, m, return_attention_scores=True)
+    eager_enc, eager_enc_w = encoder(q, return_attention_scores=True)
+    eager_dec, ((eager_self, eager_cross),) = decoder(q, m, return_attention_scores=True)
+    want = [eager_out, eager_w, eager_enc, *eager_enc_w, eager_dec, eager_self, eager_cross]
+    assert [g.shape for g in got] == [(2, 5, 16), (2, 4, 5, 7), (2, 5, 16), (2, 4, 5, 5), (2, 4, 5, 5),
+                                      (2, 5, 16), (2, 4, 5, 5), (2, 4, 5, 7)]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, np.asarray(w), atol=1e-5)
+
+
+def test_attention_mask_of_rank_two_is_refused():
+    """A ``[batch, k]`` padding mask broadcasts against the query axis when batch == q_length and
+    would mask the wrong keys: it is refused with the shapes that work."""
+    mha = MultiHeadAttention(2, 4)
+    x = np.ones((3, 3, 8), "float32")
+    with pytest.raises(ValueError, match=r"attention_mask must be \[batch, q_length, k_length\].*got shape \(3, 3\)"):
+        mha(x, attention_mask=np.ones((3, 3), bool))
+    padding = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1]], bool)
+    masked = np.asarray(mha(x + np.arange(3, dtype="float32")[None, :, None], attention_mask=padding[:, None, :]))
+    changed = x + np.arange(3, dtype="float32")[None, :, None]
+    changed[0, 2] += 5.0  # a padded key of sentence 0
+    np.testing.assert_allclose(np.asarray(mha(changed, attention_mask=padding[:, None, :]))[0, :2], masked[0, :2],
+                               atol=1e-6)
+
+
+def test_wrong_shapes_and_sizes_get_errors_that_name_them():
+    from tf_transformer.model import Transformer
+
+    with pytest.raises(ValueError, match=r"query must be \[batch, length, features\].*\(2, 32\)"):
+        MultiHeadAttention(4, 8)(np.ones((2, 32), "float32"))
+    with pytest.raises(ValueError, match=r"\[batch, length, features\].*\(5, 32\)"):
+        EncoderLayer(4, 8, d_ff=16)(np.ones((5, 32), "float32"))
+    mha = MultiHeadAttention(4, 8)
+    mha(np.ones((1, 2, 32), "float32"))
+    with pytest.raises(ValueError, match="query has 16 features but the layer was built for 32"):
+        mha(np.ones((1, 2, 16), "float32"))
+    for field, value in (("num_heads", 0), ("d_model", -8), ("num_layers", 0), ("vocab_size", 2.5)):
+        with pytest.raises(ValueError, match=f"{field}={value!r}: expected a positive integer"):
+            Transformer(**{"vocab_size": 50, "d_model": 16, "num_heads": 2, field: value})
+    model = Transformer(50, d_model=16, num_layers=1, num_heads=2, d_ff=32)
+    with pytest.raises(ValueError, match=r"called on a pair \(source_ids.*got one tensor of shape \(2, 5\)"):
+        model(np.ones((2, 5), "int32"))
+
+
+def test_length_one_sequences_raise_no_softmax_warning():
+    """A one-token source (or target) attends over one key: Keras' warning that such a softmax is
+    constant is right but useless here, and was printed once per attention layer."""
+    from tf_transformer.model import Transformer
+
+    model = Transformer(50, d_model=16, num_layers=2, num_heads=2, d_ff=32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        logits = model((np.array([[7]]), np.array([[2]])))
+    assert tuple(logits.shape) == (1, 1, 50)
+    assert not [w for w in caught if "softmax" in str(w.message)], [str(w.message) for w in caught]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import numbers
 
 import keras
 from keras import ops
@@ -81,6 +82,10 @@ class Transformer(keras.Model):
         super().__init__(**kwargs)
         if position_encoding not in ("sinusoidal", "learned"):
             raise ValueError(f"position_encoding={position_encoding!r} is not one of 'sinusoidal', 'learned'")
+        for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("num_layers", num_layers),
+                            ("num_heads", num_heads), ("d_ff", d_ff)):
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}={value!r}: expected a positive integer")
         if key_dim is None or value_dim is None:
             if d_model % num_heads:
                 raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads} "
@@ -190,8 +195,17 @@ class Transformer(keras.Model):
         logits = ops.cast(self.embedding.logits(hidden), "float32")
         return (logits, weights) if return_attention_scores else logits
 
+    @staticmethod
+    def _pair(inputs):
+        if not isinstance(inputs, (tuple, list)) or len(inputs) != 2:
+            shape = getattr(inputs, "shape", None)
+            raise ValueError("a Transformer is called on a pair (source_ids [batch, source_length], "
+                             "target_input_ids [batch, target_length]), got "
+                             + (f"one tensor of shape {tuple(shape)}" if shape is not None else repr(type(inputs))))
+        return inputs
+
     def call(self, inputs, training=None):
-        source_ids, target_input_ids = inputs
+        source_ids, target_input_ids = self._pair(inputs)
         memory, source_mask = self.encode(source_ids, training=training)
         return self.decode(target_input_ids, memory, source_mask, training=training)
 
@@ -200,7 +214,7 @@ class Transformer(keras.Model):
         ``call`` is ``embedding.logits(hidden_states(...))`` cast to float32. The trainer feeds it
         with the table to :func:`tf_transformer.training.losses.tied_head_statistics`, which
         never materializes more than the softmax of the logits."""
-        source_ids, target_input_ids = inputs
+        source_ids, target_input_ids = self._pair(inputs)
         memory, source_mask = self.encode(source_ids, training=training)
         return self.decoder_states(target_input_ids, memory, source_mask, training=training)
 

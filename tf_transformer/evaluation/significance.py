@@ -166,9 +166,17 @@ class Scorer:
     (:func:`resample_counts` with ``samples`` and ``seed``), so any two systems scored here
     are paired.
 
-    >>> scorer = Scorer(references, "de", samples=1000)           # doctest: +SKIP
-    >>> base, mine = scorer.system(baseline_lines), scorer.system(lines)
-    >>> scorer.intervals(mine)["bleu_lc_moses"], scorer.compare(base, mine)
+    >>> scorer = Scorer(["Ein Hund läuft im Park .", "Zwei Männer spielen Fußball .",
+    ...                  "Eine Frau liest ein Buch ."], "de", samples=200, metrics=["bleu_lc_moses"])
+    >>> base = scorer.system(["Ein Hund rennt im Park .", "Zwei Männer spielen .", "Eine Frau liest ."])
+    >>> mine = scorer.system(["Ein Hund läuft im Park .", "Zwei Männer spielen Fußball .",
+    ...                       "Eine Frau liest ein Heft ."])
+    >>> c = scorer.compare(base, mine)["bleu_lc_moses"]
+    >>> round(c.baseline, 2), round(c.system, 2), c.low < c.delta < c.high, c.p_value < 0.05
+    (31.14, 83.88, True, True)
+    >>> i = scorer.intervals(mine)["bleu_lc_moses"]
+    >>> i.low <= i.score <= i.high
+    True
     """
 
     def __init__(self, references: Sequence[str], lang: str = "de", *, samples: int = DEFAULT_SAMPLES,

@@ -9,6 +9,7 @@ masked positions set to a large negative number (-1e9 in float32), so masking is
 from __future__ import annotations
 
 import math
+import warnings
 
 import keras
 from keras import ops
@@ -47,7 +48,14 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None, tra
     scores = ops.cast(scores, "float32") * scale
     if mask is not None:
         scores = ops.where(mask, scores, ops.cast(MASK_VALUE, "float32"))
-    weights = ops.softmax(scores, axis=-1)
+    if scores.shape[-1] == 1:
+        # one key (a length-1 source, the first decoding step): Keras warns that a softmax over
+        # one element is constant, which is right here (the weight is 1)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="You are using a softmax over axis")
+            weights = ops.softmax(scores, axis=-1)
+    else:
+        weights = ops.softmax(scores, axis=-1)
     probs = ops.cast(weights, value.dtype)
     if dropout is not None:
         probs = dropout(probs, training=training)
@@ -77,8 +85,23 @@ def distinct_initializer(initializer, offset):
     return initializer
 
 
+class AttentionScoresSpec:
+    """Mixin: symbolic calls with ``return_attention_scores=True`` (a functional model's
+    ``keras.Input``) get their output structure by tracing ``call``.
+
+    ``compute_output_shape`` describes the plain output only; with scores requested the output
+    is a nested structure (a tensor and its weights, or lists of them per layer), which Keras
+    would otherwise try to build from that single shape.
+    """
+
+    def compute_output_spec(self, *args, **kwargs):
+        if kwargs.get("return_attention_scores"):
+            return keras.Operation.compute_output_spec(self, *args, **kwargs)
+        return super().compute_output_spec(*args, **kwargs)
+
+
 @keras.saving.register_keras_serializable(package="tf_transformer")
-class MultiHeadAttention(keras.layers.Layer):
+class MultiHeadAttention(AttentionScoresSpec, keras.layers.Layer):
     """Multi-head attention with independent ``key_dim`` (d_k) and ``value_dim`` (d_v).
 
     **Not a drop-in for** ``keras.layers.MultiHeadAttention`` (same name, other semantics):
@@ -150,6 +173,10 @@ class MultiHeadAttention(keras.layers.Layer):
                                   if self.dropout_rate else None)
 
     def build(self, query_shape, value_shape=None):
+        for what, shape in (("query", query_shape), ("value", value_shape)):
+            if shape is not None and (len(shape) != 3 or shape[-1] is None):
+                raise ValueError(f"{self.name}: {what} must be [batch, length, features] with a known feature "
+                                 f"size, got shape {tuple(shape)}")
         d_query = query_shape[-1]
         d_value = (value_shape or query_shape)[-1]
         out = self.output_dim or d_query
@@ -194,9 +221,21 @@ class MultiHeadAttention(keras.layers.Layer):
         return ops.reshape(y, (*lead, y.shape[-1]))
 
     def attend(self, query, key, value, mask=None, training=None):
-        """Attention of projected query heads over projected ``key``/``value`` heads."""
-        if mask is not None and len(mask.shape) == 3:
-            mask = ops.expand_dims(mask, 1)
+        """Attention of projected query heads over projected ``key``/``value`` heads.
+
+        ``mask``: boolean ``[batch, q_length, k_length]`` or ``[batch, heads, q_length, k_length]``
+        (either with axes of size 1 that broadcast); ``True`` = may attend.
+        """
+        if mask is not None:
+            if len(mask.shape) == 3:
+                mask = ops.expand_dims(mask, 1)
+            elif len(mask.shape) != 4:
+                # a [batch, k] padding mask would broadcast against the query axis when
+                # batch == q_length and silently mask the wrong keys
+                raise ValueError(
+                    f"{self.name}: attention_mask must be [batch, q_length, k_length] or [batch, heads, "
+                    f"q_length, k_length] (True = may attend), got shape {tuple(mask.shape)}; a padding mask "
+                    "[batch, k_length] of real tokens becomes mask[:, None, :]")
         context, weights = scaled_dot_product_attention(
             query, key, value, mask=mask, dropout=self.attention_dropout, training=training)
         return self.combine_heads(context), weights
@@ -232,6 +271,10 @@ class MultiHeadAttention(keras.layers.Layer):
         return heads(q, self.key_dim), heads(k, self.key_dim), heads(v, self.value_dim)
 
     def call(self, query, value=None, attention_mask=None, return_attention_scores=False, training=None):
+        for what, x, kernel in (("query", query, self.query_kernel), ("value", value, self.key_kernel)):
+            if x is not None and x.shape[-1] is not None and x.shape[-1] != kernel.shape[0]:
+                raise ValueError(f"{self.name}: {what} has {x.shape[-1]} features but the layer was built "
+                                 f"for {kernel.shape[0]} (shape {tuple(x.shape)})")
         if value is None or value is query:
             q, k, v = self.project_self(query)
         else:

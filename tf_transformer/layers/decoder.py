@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
-
 import keras
 from keras import ops
 
@@ -132,9 +130,7 @@ class DecoderLayer(SublayerSettings):
         if "prefix_key" in cache:
             keys = ops.concatenate([cache["prefix_key"], ops.cast(k, cache["prefix_key"].dtype)], axis=2)
             values = ops.concatenate([cache["prefix_value"], ops.cast(v, cache["prefix_value"].dtype)], axis=2)
-            with warnings.catch_warnings():  # at step 0 of an eager run the softmax is over 1 key: fine
-                warnings.filterwarnings("ignore", message="You are using a softmax over axis")
-                y, _ = attn.attend(q, keys, values)  # every cached position is visible
+            y, _ = attn.attend(q, keys, values)  # every cached position is visible
             new_cache["prefix_key"], new_cache["prefix_value"] = keys, values
         else:
             zero = ops.zeros((), "int32")
@@ -172,7 +168,9 @@ class Decoder(LayerStack):
         memory: ``[batch, source_length, d_model]``.
         target_padding_mask: ``[batch, target_length]`` bool, True for real tokens; the
             causal mask is always applied on top of it.
-        memory_mask: ``[batch, source_length]`` bool.
+        memory_mask: ``[batch, source_length]`` bool, True for real source tokens. As in
+            :class:`~tf_transformer.layers.Encoder`, masks are explicit arguments: a Keras mask
+            carried by the inputs is not read.
         return_attention_scores: also return a list (one per layer) of
             ``(self_weights, cross_weights)``.
 
@@ -205,6 +203,8 @@ class Decoder(LayerStack):
         return (x, all_weights) if return_attention_scores else x
 
     def init_cache(self, memory, max_length=None):
+        """Every layer's :meth:`DecoderLayer.init_cache` (same arguments and layouts), keyed
+        ``layer_0``, ``layer_1``... for :meth:`step`."""
         return {f"layer_{i}": layer.init_cache(memory, max_length) for i, layer in enumerate(self.layers)}
 
     def step_weights(self):
@@ -212,6 +212,10 @@ class Decoder(LayerStack):
         return {f"layer_{i}": layer.step_weights() for i, layer in enumerate(self.layers)}
 
     def step(self, x, cache, step, memory_mask=None, weights=None):
+        """Decode one position through every layer (:meth:`DecoderLayer.step`): ``x``
+        ``[batch, 1, d_model]`` is the embedded input at ``step``; returns ``(output [batch, 1,
+        d_model], cache)`` with each layer's cache extended by this position. ``weights``:
+        :meth:`step_weights` (optional; the same result)."""
         new_cache = {}
         for i, layer in enumerate(self.layers):
             layer_weights = None if weights is None else weights[f"layer_{i}"]

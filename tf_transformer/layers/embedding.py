@@ -18,6 +18,9 @@ def sinusoidal_encoding(positions, d_model, max_wavelength=10000.0, dtype="float
     Args:
         positions: integer or float tensor of any shape ``[...]``.
         d_model: encoding size (odd sizes are allowed; the last column is then a sine).
+        max_wavelength: the base of the geometric progression of wavelengths (10000 in the
+            paper): they run from ``2 pi`` to ``max_wavelength * 2 pi``.
+        dtype: dtype of the result (computed in float32).
 
     Returns: ``[..., d_model]`` in ``dtype``.
     """

@@ -5,12 +5,12 @@ from __future__ import annotations
 import keras
 
 from tf_transformer.config.schema import ATTENTION_INITS, FFN_INITS
-from tf_transformer.layers.attention import MultiHeadAttention
+from tf_transformer.layers.attention import AttentionScoresSpec, MultiHeadAttention
 from tf_transformer.layers.feed_forward import PositionwiseFeedForward
 from tf_transformer.layers.normalization import LayerNorm
 
 
-class SublayerSettings(keras.layers.Layer):
+class SublayerSettings(AttentionScoresSpec, keras.layers.Layer):
     """Base of the encoder and decoder layers and stacks: the hyper-parameters they share
     (stored, in ``get_config`` and handed on by :meth:`settings`) and the sublayers they make.
     Not registered for serialization: only its subclasses are saved."""
@@ -167,13 +167,15 @@ class Encoder(LayerStack):
     Args:
         num_layers: ``N``, the number of layers (the paper: 6).
         num_heads, key_dim, value_dim, d_ff, dropout, attention_dropout, relu_dropout,
-            layer_norm_epsilon, attention_bias, qkv_init_gain, attention_init: the settings of
+            layer_norm_epsilon, attention_bias, qkv_init_gain, attention_init, ffn_init: the settings of
             every :class:`EncoderLayer` (see there).
         **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``...).
 
     Call arguments:
         x: ``[batch, length, d_model]``.
-        padding_mask: ``[batch, length]`` bool, True for real tokens.
+        padding_mask: ``[batch, length]`` bool, True for real tokens. Masks are explicit
+            arguments: a Keras mask carried by the input (``Embedding(mask_zero=True)``) is not
+            read, so pass ``ids != pad_id`` here.
         return_attention_scores: also return a list (one per layer) of
             ``[batch, heads, length, length]`` weights.
 

@@ -90,6 +90,59 @@ def test_cli_translate_files(assets, tmp_path, capsys):
     assert f"wrote 4 translations to {out}" in err
 
 
+def test_cli_translate_reads_gzip_input_as_text(assets, tmp_path, capsys):
+    """A ``.gz`` input is decompressed, as ``train``, ``evaluate`` and ``score`` read it; a file
+    named ``.gz`` that is not gzip is refused rather than translated as bytes."""
+    import gzip
+
+    from tf_transformer.cli import main
+
+    text = b"a dog runs.\nthe cat sits on a mat.\n"
+    (tmp_path / "in.txt").write_bytes(text)
+    (tmp_path / "in.txt.gz").write_bytes(gzip.compress(text))
+    common = ["--model", assets[0], "--vocab", assets[1], "--beam", "2", "--max-extra-len", "4", "--quiet"]
+    for name in ("in.txt", "in.txt.gz"):
+        assert main(["translate", *common, "--input", str(tmp_path / name), "--output",
+                     str(tmp_path / f"{name}.out")]) == 0
+    plain, unzipped = ((tmp_path / f"{n}.out").read_text(encoding="utf-8") for n in ("in.txt", "in.txt.gz"))
+    assert plain == unzipped and len(plain.splitlines()) == 2
+    assert "invalid UTF-8" not in capsys.readouterr().err
+    (tmp_path / "fake.gz").write_bytes(text)
+    assert main(["translate", *common, "--input", str(tmp_path / "fake.gz")]) == 2
+    assert "fake.gz: not a readable gzip file" in capsys.readouterr().err
+
+
+def test_cli_refuses_an_unwritable_output_before_decoding(assets, tmp_path, capsys, monkeypatch):
+    """``--output`` under a file, or naming a folder, is refused before the model is loaded, so no
+    decoding is lost to it; the message names the path and what is wrong."""
+    from tf_transformer.cli import decode, main
+
+    (tmp_path / "in.txt").write_text("a dog runs.\n", encoding="utf-8")
+    loaded = []
+    monkeypatch.setattr(decode, "build_translator", lambda args: loaded.append(args) or 1 / 0)
+    common = ["--model", assets[0], "--vocab", assets[1], "--input", str(tmp_path / "in.txt")]
+    assert main(["translate", *common, "--output", str(tmp_path / "in.txt" / "out.de")]) == 2
+    assert f"{tmp_path / 'in.txt'} is a file, not a folder" in capsys.readouterr().err
+    assert main(["translate", *common, "--output", str(tmp_path)]) == 2
+    assert "a folder; give a file name" in capsys.readouterr().err
+    assert main(["evaluate", "--model", assets[0], "--vocab", assets[1], "--source", str(tmp_path / "in.txt"),
+                 "--reference", str(tmp_path / "in.txt"), "--json", str(tmp_path / "in.txt" / "s.json")]) == 2
+    assert "--json" in capsys.readouterr().err
+    assert loaded == []
+
+
+def test_atomic_write_errors_name_the_destination_not_the_temporary_file(tmp_path):
+    from tf_transformer.errors import WriteError
+    from tf_transformer.io import PARTIAL_PREFIX, atomic_write
+
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "x").write_text("keep")
+    with pytest.raises(WriteError) as caught:
+        atomic_write(tmp_path / "taken", "text")  # a file over a non-empty folder: the rename fails
+    assert str(tmp_path / "taken") in str(caught.value) and PARTIAL_PREFIX not in str(caught.value)
+    assert (tmp_path / "taken" / "x").read_text() == "keep"
+
+
 def test_cli_errors(assets, tmp_path, capsys):
     from tf_transformer.cli import main
 

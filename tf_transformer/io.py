@@ -135,6 +135,8 @@ PARTIAL_PREFIX = ".partial-"
 def write_error(error: OSError, path) -> WriteError:
     """``error`` as a one-line :class:`WriteError` naming ``path`` (or the error's own file)."""
     where = getattr(error, "filename", None) or path
+    if Path(where).name.startswith(PARTIAL_PREFIX):  # our temporary name: the user knows the destination
+        where = path
     code = getattr(error, "errno", None)
     return WriteError.at(where, code, getattr(error, "strerror", None) or str(error))
 

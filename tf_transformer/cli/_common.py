@@ -188,10 +188,10 @@ def resolve_run(args: argparse.Namespace, who: str, *, vocab: bool = True, confi
 VOCAB_FILE = "vocab.model"
 
 
-def read_text_lines(path: str, flag: str, command: str) -> list[str]:
-    """The lines of a text file (gzip when it ends in ``.gz``), for ``flag``: a missing or
-    unreadable file is a :class:`UserError` naming the flag and the path; invalid UTF-8 is
-    replaced with U+FFFD and reported on stderr with the first bad line's number."""
+def read_input_lines(path: str, flag: str) -> tuple[list[str], list[int]]:
+    """``(lines, bad_line_numbers)`` of a text file (gzip when it ends in ``.gz``), for ``flag``:
+    a missing or unreadable file is a :class:`UserError` naming the flag and the path; invalid
+    UTF-8 is replaced with U+FFFD and the 1-based numbers of such lines are returned."""
     import gzip
 
     from tf_transformer.data.sources import open_binary
@@ -199,7 +199,7 @@ def read_text_lines(path: str, flag: str, command: str) -> list[str]:
 
     try:
         with open_binary(path) as f:
-            lines, bad = read_lines(f.read(), path)
+            return read_lines(f.read(), path)
     except FileNotFoundError:
         raise UserError(f"{flag} {path}: no such file") from None
     except IsADirectoryError:
@@ -208,7 +208,31 @@ def read_text_lines(path: str, flag: str, command: str) -> list[str]:
         raise UserError(f"{flag} {path}: not a readable gzip file ({e})") from None
     except OSError as e:
         raise UserError(f"{flag} {path}: cannot read it ({e.strerror})") from None
+
+
+def read_text_lines(path: str, flag: str, command: str) -> list[str]:
+    """:func:`read_input_lines`' lines; invalid UTF-8 is reported on stderr with the first bad
+    line's number."""
+    lines, bad = read_input_lines(path, flag)
     if bad:
         print(f"tft {command}: warning: {len(bad)} line(s) of {path} had invalid UTF-8 (first: line {bad[0]}); "
               "bad bytes were replaced with U+FFFD", file=sys.stderr)
     return lines
+
+
+def check_output_file(path: str | None, flag: str) -> None:
+    """Refuse, before any work, an output file that cannot be written: an existing folder,
+    a path under a file, or a folder without write permission (what would otherwise fail only
+    after decoding, losing its work). ``None`` and ``-`` (stdout) pass. Nothing is created."""
+    if path in (None, "-"):
+        return
+    target = os.path.abspath(path)
+    if os.path.isdir(target):
+        raise UserError(f"{flag} {path}: a folder; give a file name (e.g. {os.path.join(path, 'out.txt')})")
+    parent = os.path.dirname(target)
+    while not os.path.exists(parent):  # the nearest existing ancestor: the folders below it will be made
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UserError(f"{flag} {path}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {path}: cannot write in {parent} (permission denied)")

@@ -8,7 +8,14 @@ import os
 import sys
 import time
 
-from tf_transformer.cli._common import add_config_arguments, add_decode_settings, flags, resolve_run
+from tf_transformer.cli._common import (
+    add_config_arguments,
+    add_decode_settings,
+    check_output_file,
+    flags,
+    read_input_lines,
+    resolve_run,
+)
 from tf_transformer.errors import UserError
 from tf_transformer.io import atomic_write
 
@@ -229,21 +236,17 @@ def run(args: argparse.Namespace) -> int:
 
     if args.input != "-" and not os.path.isfile(args.input):
         raise UserError(f"--input {args.input}: no such file")
+    check_output_file(args.output, "--output")
     _, decode, translator = build_translator(args)  # fails on bad flags before reading stdin
     if getattr(args, "_clock", None) is not None and hasattr(translator, "trace"):
         translator.trace()  # otherwise the first batch traces: the same work, timed apart here
         mark(args, "tracing the decoding graph")
     if args.input == "-":
-        data = sys.stdin.buffer.read()
+        lines, bad = read_lines(sys.stdin.buffer.read(), "<stdin>")
         where = "<stdin>"
     else:
-        try:
-            with open(args.input, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise UserError(f"--input {args.input}: cannot read it ({e.strerror})") from None
+        lines, bad = read_input_lines(args.input, "--input")  # gzip when it ends in .gz, as everywhere
         where = args.input
-    lines, bad = read_lines(data, where)
     if bad:
         shown = ", ".join(str(n) for n in bad[:5]) + (" ..." if len(bad) > 5 else "")
         print(f"tft translate: warning: {len(bad)} line(s) of {where} had invalid UTF-8 (line {shown}); "

@@ -79,6 +79,7 @@ def load_pairs(args, cfg):
 
 
 def run(args: argparse.Namespace) -> int:
+    from tf_transformer.cli._common import check_output_file
     from tf_transformer.cli.decode import build_translator, decode_settings, describe
     from tf_transformer.decoding.translator import ProgressBar
     from tf_transformer.evaluation.bleu import (
@@ -103,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"--baseline {args.baseline} has {len(baseline):,} lines but {what} has "
                             f"{len(sources):,} sentences; it must translate the same sentences, line by line")
         args.bootstrap = args.bootstrap or 1000
+    check_output_file(args.output, "--output")  # before decoding: a bad path would lose the work
+    check_output_file(args.json, "--json")
     cfg, decode, translator = build_translator(args)
     bar = ProgressBar(len(sources), "evaluate", enabled=not args.quiet)
     start = time.time()

@@ -70,7 +70,7 @@ def language_of(reference: str, lang: str | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tf_transformer.cli._common import read_text_lines
+    from tf_transformer.cli._common import check_output_file, read_text_lines
     from tf_transformer.evaluation.bleu import METRICS, text_notes
     from tf_transformer.evaluation.degenerate import degenerate_outputs
     from tf_transformer.evaluation.significance import Scorer, format_comparisons, format_intervals
@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         if unknown or not metrics:
             raise UserError(f"--metrics {args.metrics}: unknown {', '.join(unknown) or 'empty list'}; "
                             f"known: {', '.join(METRICS)}")
+    check_output_file(args.json, "--json")  # before the bootstrap: a bad path would lose the work
     lang = language_of(args.reference, args.lang)
     references = [r.strip() for r in read_text_lines(args.reference, "--reference", "score")]
     if not references:

@@ -72,6 +72,10 @@ def test_table3_rows_change_only_their_fields():
     ("model.attention_bias=maybe", "model.attention_bias='maybe'"),
     ("model.attention_init=mimetic", "model.attention_init='mimetic' is not one of 'independent', 'tied_qk'"),
     ("model.ffn_init=he", "model.ffn_init='he' is not one of 'glorot_uniform', 'fan_in_uniform'"),
+    ("train.seed=-1", "train.seed=-1 must be in [0, 2**32)"),
+    ("train.seed=4294967296", "train.seed=4294967296 must be in [0, 2**32)"),
+    ("data.seed=-3", "data.seed=-3 must be in [0, 2**32)"),
+    ("train.validation_steps=0", "train.validation_steps=0 must be > 0 or null"),
 ])
 def test_validation_errors_name_the_field(override, message):
     with pytest.raises(ConfigError) as e:
@@ -106,6 +110,23 @@ def test_errors_blame_the_override_or_the_file_that_holds_the_mistake(tmp_path):
         load_config("multi30k_tiny", ["model.d_model=130", "train.seed=3"])
     assert "multi30k_tiny.yaml with overrides model.d_model=130 train.seed=3: model.d_model=130 is not divisible by " \
         "model.num_heads=4" in str(e.value)
+
+
+def test_a_key_given_twice_is_an_error_naming_both_lines(tmp_path):
+    """PyYAML keeps the later of two equal keys without a word: a second ``train:`` section
+    silently dropped the first one's settings."""
+    path = tmp_path / "twice.yaml"
+    path.write_text("extends: multi30k_tiny\ntrain:\n  train_steps: 50\nmodel:\n  d_model: 64\n"
+                    "train:\n  warmup_steps: 10\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value).startswith(f"{path} line 6: 'train' is given twice in one mapping (first on line 2)")
+    path.write_text("extends: multi30k_tiny\nmodel:\n  d_model: 64\n  num_heads: 4\n  d_model: 128\n")
+    with pytest.raises(ConfigError, match=r"line 5: 'd_model' is given twice in one mapping \(first on line 3\)"):
+        load_config(path)
+    path.write_text("extends: multi30k_tiny\ntrain:\n  train_steps: 50\n  warmup_steps: 10\n")
+    cfg = load_config(path)
+    assert (cfg.train.train_steps, cfg.train.warmup_steps) == (50, 10)
 
 
 def test_explicit_key_dim_allows_indivisible_d_model():

@@ -69,11 +69,21 @@ def _resolve_path(name_or_path: Union[str, os.PathLike], relative_to: Optional[P
 _LOADER = None
 
 
+class DuplicateKeyError(ValueError):
+    """A key given twice in one YAML mapping (PyYAML keeps the last silently)."""
+
+    def __init__(self, key: str, line: int, first_line: int):
+        super().__init__(f"line {line}: '{key}' is given twice in one mapping (first on line {first_line}); "
+                         "YAML would keep only the later one: merge the two")
+        self.key, self.line, self.first_line = key, line, first_line
+
+
 def yaml_load(text):
     """YAML text (or an open file) read with YAML 1.2's rules for scalars, where PyYAML follows
     YAML 1.1: ``no``/``yes``/``on``/``off`` stay strings (``target_lang: no`` is Norwegian, not
     false; only ``true``/``false`` are booleans), and ``1e-5`` is a number (1.1 wants ``1.0e-5``
-    and reads ``1e-5`` as a string)."""
+    and reads ``1e-5`` as a string). A key given twice in one mapping raises
+    :class:`DuplicateKeyError` instead of the later one replacing the earlier."""
     global _LOADER
     import yaml
 
@@ -81,7 +91,15 @@ def yaml_load(text):
         bool_tag, float_tag = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:float"
 
         class Loader(yaml.SafeLoader):
-            pass
+            def construct_mapping(self, node, deep=False):
+                first = {}
+                for key_node, _ in node.value:
+                    if isinstance(key_node, yaml.ScalarNode) and key_node.value != "<<":
+                        line = key_node.start_mark.line + 1
+                        if key_node.value in first:
+                            raise DuplicateKeyError(key_node.value, line, first[key_node.value])
+                        first[key_node.value] = line
+                return super().construct_mapping(node, deep)
 
         Loader.yaml_implicit_resolvers = {
             first: [(tag, regexp) for tag, regexp in resolvers if tag not in (bool_tag, float_tag)]
@@ -103,6 +121,8 @@ def _read_yaml(path: Path) -> dict:
             data = yaml_load(f)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    except DuplicateKeyError as e:
+        raise ConfigError(f"{path} {e}") from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path}: not UTF-8 text ({e})") from None
     if data is None:
@@ -241,6 +261,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         parsed = yaml_load(value) if value.strip() else None
     except yaml.YAMLError:
         parsed = value
+    except DuplicateKeyError as e:
+        raise ConfigError(f"override {text!r}: {e}") from None
     return key, parsed
 
 

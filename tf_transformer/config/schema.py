@@ -205,6 +205,7 @@ class DataConfig:
 
     def validate(self) -> None:
         p = "data."
+        _seed(p + "seed", self.seed)
         if self.source not in DATA_SOURCES:
             raise ConfigError(f"{p}source={self.source!r} is not one of {', '.join(map(repr, DATA_SOURCES))}")
         if self.source == "prepared" and not self.prepared_dir:
@@ -310,6 +311,10 @@ class TrainConfig:
 
     def validate(self) -> None:
         p = "train."
+        if self.validation_steps is not None and self.validation_steps <= 0:
+            raise ConfigError(f"{p}validation_steps={self.validation_steps} must be > 0 or null (null: the whole "
+                              "validation set)")
+        _seed(p + "seed", self.seed)
         for name in ("train_steps", "steps_per_epoch", "warmup_steps", "keep_checkpoints", "average_last",
                      "log_every_steps"):
             _positive(p + name, getattr(self, name))
@@ -421,6 +426,11 @@ class Config:
 
 
 SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "decode": DecodeConfig}
+
+
+def _seed(where: str, value) -> None:
+    if not 0 <= value < 2**32:  # what keras.utils.set_random_seed and NumPy's legacy seeding accept
+        raise ConfigError(f"{where}={value} must be in [0, 2**32)")
 
 
 def _positive(where: str, value) -> None:

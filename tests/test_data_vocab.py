@@ -97,6 +97,20 @@ def test_vocab_too_large_is_a_clear_error(corpus, tmp_path):
         build_vocab(text_config(corpus, vocab_size=100000), tmp_path / "x", progress=lambda m: None)
 
 
+def test_empty_or_blank_corpus_is_a_clear_error(tmp_path):
+    """No sentence to learn from is said as such, naming the files, not as SentencePiece's
+    internal ``[!sentences_.empty()]`` check."""
+    for name, text in (("empty", ""), ("blank", "\n  \n\n")):
+        paths = {lang: tmp_path / f"{name}.{lang}" for lang in ("en", "de")}
+        for path in paths.values():
+            path.write_text(text, encoding="utf-8")
+        with pytest.raises(DataError) as e:
+            build_vocab(text_config(paths), tmp_path / name, progress=lambda m: None)
+        assert str(tmp_path / name) in str(e.value) and "no sentences to build a vocabulary from" in str(e.value)
+        assert "sentences_" not in str(e.value)
+        assert not (tmp_path / f"{name}.model").exists()
+
+
 def test_tokenizer_python_and_graph_agree(model_path):
     import tensorflow as tf
 

@@ -373,3 +373,27 @@ def test_training_model_saves_to_keras_and_resumes_equal(tmp_path):
         model.fit(*data, epochs=1, batch_size=8, verbose=0)
     for a, b in zip(trainer.weights, loaded.weights):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-6)
+
+
+def test_empty_validation_files_are_a_clear_error_before_training(tmp_path, capsys):
+    """Empty validation files used to train with Keras' "ran out of data" warning (or, with
+    validation BLEU on, end in a traceback from the callback): now a data error naming them,
+    before any update."""
+    from tf_transformer.cli import main
+
+    corpus = write_tiny_parallel_corpus(tmp_path / "corpus")
+    for lang in ("en", "de"):
+        (corpus / f"empty.{lang}").write_text("")
+    config = tmp_path / "tiny.yaml"
+    config.write_text(f"""
+model: {{d_model: 16, num_layers: 1, num_heads: 2, d_ff: 32}}
+data: {{source: text, train_source: {corpus}/train.en, train_target: {corpus}/train.de,
+        valid_source: {corpus}/empty.en, valid_target: {corpus}/empty.de, vocab_size: 60, tokens_per_batch: 256}}
+train: {{train_steps: 4, steps_per_epoch: 2, warmup_steps: 2, strategy: default}}
+""")
+    for extra in ([], ["--set", "train.eval_bleu_every_steps=2"]):
+        run = tmp_path / f"run{len(extra)}"
+        assert main(["train", "--config", str(config), "--model-dir", str(run), "--verbose", "0", *extra]) == 2
+        err = capsys.readouterr().err
+        assert f"{corpus}/empty" in err and ("no validation pairs" in err or "no validation sentences" in err), err
+        assert "Traceback" not in err and not list(run.glob("ckpt*")) and not (run / "model.keras").exists()

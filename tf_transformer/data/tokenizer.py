@@ -368,6 +368,8 @@ def build_vocab(
 
     start = time.time()
     described, count = sources.training_sentences_count(cfg)
+    if not count:
+        raise DataError(f"{described}: no sentences to build a vocabulary from")
     limit = cfg.vocab_input_sentence_size
     selected = None
     if limit and count > limit:
@@ -407,10 +409,16 @@ def build_vocab(
         f"build-vocab: training SentencePiece {cfg.vocab_model_type.upper()} with {vocab_size:,} "
         "pieces (one thread)"
     )
-    proto = train_sentencepiece(
-        sentences(), vocab_size, cfg.vocab_model_type, cfg.vocab_character_coverage,
-        user_defined_symbols=PIECES if case_markup else (),
-    )
+    try:
+        proto = train_sentencepiece(
+            sentences(), vocab_size, cfg.vocab_model_type, cfg.vocab_character_coverage,
+            user_defined_symbols=PIECES if case_markup else (),
+        )
+    except DataError:
+        if not used[0]:
+            raise DataError(f"{described}: all {count:,} lines are blank; no sentences to build a vocabulary "
+                            "from") from None
+        raise
     if lowercase:
         from tf_transformer.data.recase import attach
 

@@ -403,6 +403,11 @@ def _data(run: _Run, train_data, valid_data):
         valid_fn = ours(repeat=multiworker)
         if validation_steps is None:
             validation_steps = steps_per_replica(ours(repeat=False), replicas)
+            if not validation_steps:
+                from tf_transformer.data.sources import describe
+
+                raise DataError(f"{describe(cfg.data, 'valid')}: no validation pairs (the validation loss, BLEU "
+                                "and early stopping need some); give a validation split with pairs in it")
     elif valid_data is False:
         valid_fn = None
     else:
@@ -412,6 +417,8 @@ def _data(run: _Run, train_data, valid_data):
                 raise ConfigError("with the multiworker strategy and your own validation data, set "
                                   "train.validation_steps (every worker must run the same number of steps)")
             validation_steps = steps_per_replica(valid_fn, replicas)
+            if not validation_steps:
+                raise DataError("valid_data: the validation dataset is empty (pass valid_data=False for none)")
     return train_fn, valid_fn, validation_steps
 
 
@@ -671,6 +678,12 @@ def _validation_bleu(run: _Run, transformer, log_dir, checkpoint):
     from tf_transformer.training.validation_bleu import ValidationBLEU
 
     sources, references = read_parallel_text(cfg.data, "valid")
+    if not any(s.strip() for s in sources):
+        from tf_transformer.data.sources import describe
+
+        raise DataError(f"{describe(cfg.data, 'valid')}: no validation sentences to compute BLEU on "
+                        f"(train.eval_bleu_every_steps={t.eval_bleu_every_steps}); give a validation split with "
+                        "pairs in it, or set train.eval_bleu_every_steps: null")
     return ValidationBLEU(
         transformer, run.tokenizer, sources, references, every_steps=t.eval_bleu_every_steps,
         beam_size=t.eval_beam_size, alpha=cfg.decode.alpha, max_extra_length=cfg.decode.max_extra_length,

@@ -190,8 +190,8 @@ def distribute(strategy, dataset_fn: Callable[[tf.distribute.InputContext], tf.d
 def steps_per_replica(dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset], replicas: int) -> int:
     """Steps that cover a finite dataset once when ``replicas`` share it: the batches
     ``dataset_fn`` makes for one pipeline at the per-replica budget, divided among the
-    replicas (rounded up, at least 1). Every worker computes the same number."""
+    replicas (rounded up; 0 only for an empty dataset). Every worker computes the same number."""
     counted = dataset_fn(tf.distribute.InputContext(1, 0, replicas))
     batches = int(counted.reduce(np.int64(0), lambda n, _: n + 1))
-    return max(1, math.ceil(batches / replicas))
+    return math.ceil(batches / replicas)
 

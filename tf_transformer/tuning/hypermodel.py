@@ -230,7 +230,14 @@ class TransformerHyperModel(kt.HyperModel):
         key = (repr(cfg.data), replicas)
         if key not in self._validation_steps:
             _, valid_fn = self._dataset_fns(cfg)
-            self._validation_steps[key] = steps_per_replica(valid_fn, replicas)
+            steps = steps_per_replica(valid_fn, replicas)
+            if not steps:
+                from tf_transformer.data.sources import describe
+                from tf_transformer.errors import DataError
+
+                raise DataError(f"{describe(cfg.data, 'valid')}: no validation pairs; the search's objective "
+                                "(val_loss) needs some")
+            self._validation_steps[key] = steps
         return self._validation_steps[key]
 
     def fit(self, hp, model, *args, validation_data=None, epochs=None, steps_per_epoch=None, callbacks=None,

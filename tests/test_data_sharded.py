@@ -409,3 +409,19 @@ def test_batching_mode_is_checked():
     expected = r"data.batching='sorted' is not one of 'buckets', 'sorted_chunks', 'source_sorted'"
     with pytest.raises(ConfigError, match=expected):
         DataConfig(batching="sorted").validate()
+
+
+def test_a_missing_prepared_dir_is_named_before_a_vocabulary_is_built(tmp_path):
+    """``data.source: prepared`` with a folder that does not exist: the error names it and says
+    what it should be, instead of building a vocabulary into it (leaving an empty folder) and
+    then failing on the missing split."""
+    from tf_transformer.config import Config
+    from tf_transformer.data.tokenizer import resolve_vocabulary
+
+    cfg = Config()
+    cfg.data.source, cfg.data.prepared_dir = "prepared", str(tmp_path / "nope")
+    messages = []
+    with pytest.raises(DataError, match=r"nope/manifest.json does not exist: data.prepared_dir must be a folder "
+                                        r"written by prepare"):
+        resolve_vocabulary(cfg, tmp_path / "run" / "vocab.model", log=messages.append)
+    assert messages == [] and not (tmp_path / "nope").exists() and not (tmp_path / "run").exists()

@@ -465,8 +465,12 @@ def resolve_vocabulary(cfg, default_path, *, tokenizer=None, build_missing: bool
 
     log = log or say
     if tokenizer is None:
-        if not cfg.data.vocab_model and cfg.data.source == "prepared" and cfg.data.prepared_dir:
-            cfg.data.vocab_model = str(Path(cfg.data.prepared_dir).expanduser() / "vocab.model")  # its own
+        if cfg.data.source == "prepared" and cfg.data.prepared_dir:
+            from tf_transformer.data.prepared import read_manifest
+
+            read_manifest(cfg.data.prepared_dir)  # a folder prepare wrote, or an error naming it
+            if not cfg.data.vocab_model:
+                cfg.data.vocab_model = str(Path(cfg.data.prepared_dir).expanduser() / "vocab.model")  # its own
         path = Path(cfg.data.vocab_model) if cfg.data.vocab_model else Path(default_path)
         if not path.is_file():
             if not build_missing:

@@ -274,6 +274,13 @@ train: {{train_steps: 6, steps_per_epoch: 3, warmup_steps: 4, checkpoint_every_m
     resolved = yaml.safe_load((run / "config.yaml").read_text())
     assert resolved["model"]["vocab_size"] == 60 and resolved["train"]["label_smoothing"] == 0.2
     assert resolved["data"]["vocab_model"] == str(run / "vocab.model")
+    # a finished run asked for fewer steps: refused before anything of it is rewritten
+    written = {p: p.read_bytes() for p in (run / "config.yaml", run / "model.keras")}
+    lower = cmd[:-2] + ["--set", "train.train_steps=2"]
+    out = subprocess.run(lower, check=False, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert f"{run} is at step 4, past train.train_steps=2: nothing to train" in out.stderr
+    assert {p: p.read_bytes() for p in written} == written
     out = subprocess.run([sys.executable, "-m", "tf_transformer.cli", "average", "--model-dir", str(run),
                           "--last", "3"], check=False, env=_env(), cwd=REPO, capture_output=True, text=True,
                          timeout=300)

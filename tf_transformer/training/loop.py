@@ -271,6 +271,10 @@ def train(
         train_fn, valid_fn, validation_steps = _data(run, train_data, valid_data)
         beat.phase("building the model and restoring its backup")
         trainer, backup, start_step = _resume(run)
+        if start_step > run.cfg.train.train_steps:  # before anything of the run is rewritten
+            raise UserError(f"{run.model_dir} is at step {start_step}, past train.train_steps="
+                            f"{run.cfg.train.train_steps}: nothing to train, and the run is left as it is (its "
+                            f"model: {run.model_dir / MODEL_FILE}); raise train.train_steps to train further")
         _announce(run, trainer, backup, start_step)
         beat.phase("writing the run's inputs" + ("" if start_step else " and the step-0 backup"))
         vocab_copy = _write_inputs(run)

@@ -114,6 +114,21 @@ def test_tft_tune_random_two_trials(tiny, tmp_path, capsys, recwarn):
                  "--heads", "2,4", "--layers", "1,2", "--d-ff", "32,64", "--dropout", "0,0.1", "--bleu",
                  "--bleu-sentences", "5", "--verbose", "0"]) == 0
     assert _read_csv(out / "results.csv") == rows
+    capsys.readouterr()
+
+    # rerunning with another space or config is refused before anything is rewritten (Keras Tuner
+    # would reload the old trials and report a best trial outside the asked space)
+    written = {p: p.read_bytes() for p in (out / "results.csv", out / "best_config.yaml")}
+    for changed in (["--heads", "1", "--layers", "2"], ["--set", "model.d_model=64"]):
+        args = ["tune", "--config", "multi30k_small", *sum((["--set", o] for o in tiny["overrides"]), []),
+                "--output", str(out), "--max-trials", "2", "--steps-per-trial", "2", "--steps-per-epoch", "1",
+                "--heads", "2,4", "--layers", "1,2", "--d-ff", "32,64", "--dropout", "0,0.1", "--bleu",
+                "--bleu-sentences", "5", "--verbose", "0", *changed]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert f"{out / 'random'} holds a random search with other settings" in err and "--overwrite" in err
+        assert ("search_space.num_heads: [2, 4] -> [1]" in err) or ("config.model.d_model: 32 -> 64" in err), err
+        assert {p: p.read_bytes() for p in written} == written
 
 
 @pytest.mark.slow

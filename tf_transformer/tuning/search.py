@@ -16,6 +16,8 @@ Files in the output directory::
     results.md, results.csv   one row per trial: hyper-parameters, d_k, parameters, the
                               objective and the other validation numbers, steps, minutes
     best_config.yaml          the full config of the best trial (``tft train --config`` it)
+    search-<algorithm>.json   the settings of the search (config, space, budgets, objective,
+                              seed): a rerun with other settings is refused, not mixed in
     vocab.model               the vocabulary, if it had to be built
     <algorithm>/              Keras Tuner's project (trial states, checkpoints): rerunning
                               the same command resumes the search (``--overwrite``: restart)
@@ -26,6 +28,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import json
 import math
 from pathlib import Path
 from typing import Callable, Optional, Union
@@ -213,6 +216,40 @@ class SearchResult:
         return text
 
 
+#: What a search was run with (all but ``max_trials``, which a resumed search may raise), beside
+#: Keras Tuner's project: a resumed search must be the same search.
+SEARCH_FILE = "search-{algorithm}.json"
+
+
+def _flat(value, prefix=""):
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: value}
+
+
+def _check_same_search(output_dir: Path, algorithm: str, identity: dict, overwrite: bool) -> None:
+    """Refuse to resume a project in ``output_dir`` that was searched with other settings (Keras
+    Tuner would reload its finished trials and report a best trial from the old space)."""
+    project = output_dir / algorithm
+    recorded = output_dir / SEARCH_FILE.format(algorithm=algorithm)
+    if overwrite or not project.is_dir() or not recorded.is_file():
+        return
+    try:
+        old = _flat(json.loads(recorded.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{recorded}: not readable ({e}); use --overwrite to restart the search") from None
+    new = _flat(json.loads(json.dumps(identity)))
+    changed = [f"{k}: {old.get(k, '(unset)')!r} -> {new.get(k, '(unset)')!r}"
+               for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    if changed:
+        shown = "; ".join(changed[:6]) + (f"; and {len(changed) - 6} more" if len(changed) > 6 else "")
+        raise ConfigError(f"{project} holds a {algorithm} search with other settings ({shown}): resuming it would "
+                          "mix the two; use --overwrite to restart it, or another --output")
+
+
 def run_search(config: Config, output_dir, *, algorithm: str = "random", max_trials: int = 10,
                steps_per_trial: Optional[int] = None, steps_per_epoch: Optional[int] = None,
                minutes_per_trial: Optional[float] = None, objective: str = "val_loss",
@@ -255,10 +292,18 @@ def run_search(config: Config, output_dir, *, algorithm: str = "random", max_tri
                                        max_minutes=minutes_per_trial, objective=objective, bleu=bleu,
                                        bleu_sentences=bleu_sentences, verbose=verbose, log=log)
     hypermodel.prepare()
+    space = hypermodel.search_space
+    identity = {"algorithm": algorithm, "objective": objective, "search_space": dataclasses.asdict(space),
+                "steps_per_trial": steps_per_trial, "steps_per_epoch": steps_per_epoch,
+                "minutes_per_trial": minutes_per_trial, "hyperband_factor": hyperband_factor,
+                "bleu": bleu, "bleu_sentences": bleu_sentences,
+                "seed": config.train.seed if seed is None else seed,
+                "config": {k: v for k, v in dataclasses.asdict(hypermodel.config).items() if k != "name"}}
+    _check_same_search(output_dir, algorithm, identity, overwrite)
     tuner = make_tuner(hypermodel, output_dir, algorithm, max_trials=max_trials, max_epochs=epochs,
                        hyperband_factor=hyperband_factor, distribution_strategy=strategy,
                        seed=config.train.seed if seed is None else seed, overwrite=overwrite)
-    space = hypermodel.search_space
+    atomic_write(output_dir / SEARCH_FILE.format(algorithm=algorithm), json.dumps(identity, indent=1) + "\n")
     log(f"tune: {algorithm} search over h={list(space.num_heads)}, N={list(space.num_layers)}, "
         f"d_ff={list(space.d_ff)}, P_drop={list(space.dropout)}; objective {objective}; "
         f"{epochs} epoch(s) x {steps_per_epoch} updates per trial"

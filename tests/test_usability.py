@@ -291,6 +291,31 @@ def test_translate_takes_the_run_directory(assets, run_dir, tmp_path, capsys):
     assert (tmp_path / "c").read_text() == (tmp_path / "a").read_text()
 
 
+def test_a_vocabulary_other_than_the_runs_is_refused(assets, run_dir, tmp_path, capsys):
+    """``--vocab`` with other pieces than the run's own ``vocab.model`` made the model's ids be
+    read as other words, with exit 0; a copy of the run's vocabulary is fine."""
+    import shutil
+
+    from tf_transformer.cli import main
+    from tf_transformer.data import Tokenizer
+    from tf_transformer.data.tokenizer import train_sentencepiece
+
+    src = tmp_path / "in.txt"
+    src.write_text("a dog runs in the park.\n")
+    size = Tokenizer(assets[1]).vocab_size
+    words = "zebra yak xylophone violin umbrella tiger seal rabbit quail parrot owl newt mole lynx koala jaguar"
+    sentences = [" ".join(words.split()[i:] + words.split()[:i]) for i in range(16)] * 4
+    (tmp_path / "other.model").write_bytes(train_sentencepiece(iter(sentences), size))
+    assert main(["translate", "--model", str(run_dir), "--vocab", str(tmp_path / "other.model"),
+                 "--input", str(src), "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"--vocab {tmp_path / 'other.model'}: not the vocabulary the run was trained with" in err
+    assert f"Leave --vocab out to use {run_dir / 'vocab.model'}" in err and not (tmp_path / "out").exists()
+    shutil.copy(run_dir / "vocab.model", tmp_path / "copy.model")
+    assert main(["translate", "--model", str(run_dir), "--vocab", str(tmp_path / "copy.model"),
+                 "--input", str(src), "--output", str(tmp_path / "out")]) == 0
+
+
 def test_model_directory_without_a_model_is_one_line(tmp_path, capsys):
     from tf_transformer.cli import main
 

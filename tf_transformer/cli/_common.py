@@ -173,6 +173,8 @@ def resolve_run(args: argparse.Namespace, who: str, *, vocab: bool = True, confi
         raise UserError(f"--model {path}: no such file or directory (expected a run directory written by "
                         "tft train, or a .keras file)")
     taken = []
+    if run_dir is not None and vocab and getattr(args, "vocab", None) is not None:
+        _check_run_vocabulary(Path(args.vocab), run_dir / VOCAB_FILE)
     if run_dir is not None:
         if vocab and getattr(args, "vocab", None) is None and (run_dir / VOCAB_FILE).is_file():
             args.vocab = str(run_dir / VOCAB_FILE)
@@ -186,6 +188,34 @@ def resolve_run(args: argparse.Namespace, who: str, *, vocab: bool = True, confi
 
 #: The vocabulary's name in a run directory (``tft train`` copies it there).
 VOCAB_FILE = "vocab.model"
+
+
+def _check_run_vocabulary(given: Path, own: Path) -> None:
+    """``--vocab`` beside a run directory that has its own vocabulary: its pieces must be the
+    run's (other pieces give other ids, and the model's output would be read as wrong words)."""
+    if not own.is_file() or not given.is_file():
+        return
+    try:
+        same = given.samefile(own) or given.read_bytes() == own.read_bytes()
+    except OSError:
+        return  # unreadable: loading it says so
+    if same:
+        return
+    import sentencepiece as spm
+
+    pieces = []
+    for path in (given, own):
+        sp = spm.SentencePieceProcessor()
+        try:
+            sp.LoadFromSerializedProto(path.read_bytes())
+        except (OSError, RuntimeError):
+            return  # not a SentencePiece model: loading it says so
+        pieces.append([sp.id_to_piece(i) for i in range(sp.get_piece_size())])
+    if pieces[0] != pieces[1]:
+        differ = next((i for i, (a, b) in enumerate(zip(*pieces)) if a != b), min(map(len, pieces)))
+        raise UserError(f"--vocab {given}: not the vocabulary the run was trained with ({own}): "
+                        f"{len(pieces[0]):,} and {len(pieces[1]):,} pieces, different from id {differ}; the model's "
+                        f"ids would be read as other pieces. Leave --vocab out to use {own}")
 
 
 def read_input_lines(path: str, flag: str) -> tuple[list[str], list[int]]:

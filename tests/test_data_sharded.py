@@ -425,3 +425,20 @@ def test_a_missing_prepared_dir_is_named_before_a_vocabulary_is_built(tmp_path):
                                         r"written by prepare"):
         resolve_vocabulary(cfg, tmp_path / "run" / "vocab.model", log=messages.append)
     assert messages == [] and not (tmp_path / "nope").exists() and not (tmp_path / "run").exists()
+
+
+def test_a_cut_shard_is_named_before_training_reads_it(corpus, tok, prepared_dir, tmp_path):
+    """A shard shorter than prepare wrote it (a copy cut short) ended training in TensorFlow's
+    ``DataLossError: truncated record`` without a file name; the manifest records each shard's
+    size, so the shard is named before any batch is read."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(prepared_dir, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    shard = copy / manifest["splits"]["train"]["files"][1]["name"]
+    assert shard.stat().st_size == manifest["splits"]["train"]["files"][1]["bytes"]
+    shard.write_bytes(shard.read_bytes()[:-7])
+    pcfg = dataclasses.replace(text_cfg(corpus), source="prepared", prepared_dir=str(copy))
+    with pytest.raises(DataError, match=rf"{shard} is [\d,]+ bytes but .*manifest.json says [\d,]+: the shard was cut"):
+        make_dataset(pcfg, "train", tok, verbose=False)

@@ -150,9 +150,13 @@ def check_vocabulary(cfg, tokenizer) -> dict:
 def shard_files(cfg, split: str) -> list[str]:
     folder, _, entry = _split_entry(cfg, split)
     files = [str(folder / f["name"]) for f in entry["files"]]
-    for f in files:
+    for f, listed in zip(files, entry["files"]):
         if not Path(f).is_file():
             raise DataError(f"{f} (listed in {folder / MANIFEST}) does not exist")
+        size, expected = Path(f).stat().st_size, listed.get("bytes")  # manifests before sizes: unchecked
+        if expected is not None and size != expected:
+            raise DataError(f"{f} is {size:,} bytes but {folder / MANIFEST} says {expected:,}: the shard was cut "
+                            "or changed after tft prepare wrote it; prepare the corpus again (or restore the file)")
     return files
 
 
@@ -333,7 +337,8 @@ def _write_split(cfg, split, tokenizer, folder: Path, shards: int, seed: int, lo
         "pairs": kept,
         "dropped_empty": int(n_pairs) - kept,
         "invalid_utf8_replaced": int(replaced_lines if replaced_lines is not None else invalid),
-        "files": [{"name": name, "pairs": int(c)} for name, c in zip(final, per_shard)],
+        "files": [{"name": name, "pairs": int(c), "bytes": (folder / name).stat().st_size}
+                  for name, c in zip(final, per_shard)],
         "lengths": hist.as_dict(),
     }
     if cfg.source in ("text", "multi30k"):

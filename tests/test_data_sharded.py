@@ -270,6 +270,21 @@ def test_tf_data_service_on_loopback_yields_the_same_examples(corpus, tok):
         dispatcher.stop()
 
 
+def test_an_unreachable_dispatcher_is_named_instead_of_waited_for(corpus, tok):
+    """TensorFlow waits for a dispatcher that does not answer without a word, forever."""
+    import socket
+
+    with socket.socket() as s:  # a loopback port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = text_cfg(corpus, service=f"grpc://127.0.0.1:{port}")
+    with pytest.raises(DataError, match=rf"data.service=grpc://127.0.0.1:{port}: no tf.data service dispatcher "
+                                        rf"answers at 127.0.0.1:{port}"):
+        make_dataset(cfg, "train", tok, repeat=False, verbose=False)
+    with pytest.raises(DataError, match="expected a dispatcher address"):
+        make_dataset(text_cfg(corpus, service="nowhere"), "train", tok, repeat=False, verbose=False)
+
+
 def test_tft_prepare_command(corpus, tok, tmp_path, capsys):
     from tf_transformer.cli import main
 

@@ -80,6 +80,7 @@ a resumed run skips the batches it has trained on from the combined, determinist
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 from dataclasses import dataclass
@@ -652,6 +653,25 @@ def _greedy_batches(longest, budget: int):
     return tf.scan(step, longest, initializer=start)[:, 0]
 
 
+@functools.lru_cache(maxsize=None)
+def check_dispatcher(address: str, timeout: float = 10.0) -> None:
+    """A TCP connection to the dispatcher at ``address`` (``[protocol://]host:port``), or a
+    :class:`DataError` naming it: TensorFlow itself waits for an unreachable dispatcher without
+    a word, forever. Checked once per address and process."""
+    import socket
+
+    where = address.split("://", 1)[-1]
+    host, _, port = where.rpartition(":")
+    if not host or not port.isdigit():
+        raise DataError(f"data.service={address!r}: expected a dispatcher address [grpc://]host:port")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise DataError(f"data.service={address}: no tf.data service dispatcher answers at {host}:{port} "
+                        f"({e.strerror or e}); start one (tf.data.experimental.service.DispatchServer) or unset "
+                        "data.service") from None
+
+
 def distribute_with_service(ds, data_config, split: str):
     """``ds`` produced by the tf.data service at ``data.service`` (a dispatcher address).
 
@@ -665,6 +685,7 @@ def distribute_with_service(ds, data_config, split: str):
     import tensorflow as tf
 
     cfg = sources.data_section(data_config)
+    check_dispatcher(cfg.service)
     mode = (tf.data.experimental.service.ShardingPolicy.DYNAMIC if cfg.service_mode == "distributed_epoch"
             else tf.data.experimental.service.ShardingPolicy.OFF)
     return ds.apply(tf.data.experimental.service.distribute(

@@ -53,7 +53,8 @@ def test_search_space_checks():
 def test_reported_epoch_is_the_best_by_the_objective(tiny, tmp_path):
     history = {"loss": [5.0, 4.0, 3.5], "val_loss": [4.5, 4.1, 4.3], "val_accuracy": [0.1, 0.3, 0.2]}
     hm = TransformerHyperModel(tiny["config"], vocab_dir=tmp_path)
-    assert hm._pick_epoch(history) == {"loss": 4.0, "val_loss": 4.1, "val_accuracy": 0.3, "epoch": 2.0}
+    assert hm._pick_epoch(history) == {"loss": 4.0, "val_loss": 4.1, "val_accuracy": 0.3, "epoch": 2.0,
+                                       "epochs": 3.0}
     hm.objective = "val_accuracy"
     assert hm._pick_epoch(history)["epoch"] == 2.0
     # BLEU is measured after training, on the final weights: the last epoch's numbers go with it
@@ -181,3 +182,60 @@ def test_results_table_format():
     assert lines[-2] == "| 0 * | COMPLETED | 4 | 8 | 2 | 64 | 0.1 | 2 | 4 | 0.05 | 4.2500 | 4.2500 | 70.1000 | " \
                         "0.1000 | 0.2 |"
     assert lines[-1].startswith("| 1 | FAILED | 2 | 16 | 1 | 32 | 0 |")
+
+
+@pytest.mark.slow
+def test_own_datasets_in_tuner_search_as_functions(tiny, tmp_path):
+    """``tuner.search(train, validation_data=valid)``: functions that make the datasets are called
+    per trial and work; a dataset made before a trial whose tokenizer resource Keras Tuner's
+    ``clear_session()`` destroyed gets an error saying to pass such a function (every trial
+    used to fail with ``NotFoundError: Resource ... SentencepieceOp``)."""
+    from tf_transformer.data import Tokenizer, make_dataset
+    from tf_transformer.errors import UserError
+
+    cfg = tiny["config"]
+    space = SearchSpace(num_heads=(2,), num_layers=(1,), d_ff=(32,), dropout=(0.0,))
+    hm = TransformerHyperModel(cfg, space, vocab_dir=tmp_path, verbose=0, log=lambda m: None)
+    tok = Tokenizer(hm.prepare().model_proto)
+    made = []
+
+    def train():
+        made.append("train")
+        return make_dataset(hm.config.data, "train", tok, verbose=False)
+
+    def valid():
+        return make_dataset(hm.config.data, "valid", tok, training=False, verbose=False)
+
+    tuner = kt.RandomSearch(hypermodel=hm, objective="val_loss", max_trials=2, directory=str(tmp_path),
+                            project_name="own")
+    tuner.search(train, validation_data=valid, epochs=1, steps_per_epoch=2)
+    trials = list(tuner.oracle.trials.values())
+    assert [str(t.status) for t in trials] == ["COMPLETED"] and made == ["train"]  # one point in the space
+    assert trials[0].metrics.get_last_value("epochs") == 1.0
+
+    stale = make_dataset(hm.config.data, "train", tok, verbose=False)
+    keras.backend.clear_session()  # what Keras Tuner does before each trial
+    hp = kt.HyperParameters()
+    model = hm.build(hp)
+    with pytest.raises(UserError, match="give a function that makes the dataset"):
+        hm.fit(hp, model, stale, validation_data=valid, epochs=1, steps_per_epoch=1)
+
+
+def test_a_fixed_head_count_that_does_not_divide_d_model_fails_the_trial(tiny, tmp_path):
+    hm = TransformerHyperModel(tiny["config"], vocab_dir=tmp_path, log=lambda m: None)
+    hp = kt.HyperParameters()
+    hp.Fixed("num_heads", 3)
+    with pytest.raises(ConfigError, match=r"num_heads=3 does not divide d_model=32"):
+        hm.build(hp)
+
+
+def test_tune_flags_are_checked_before_tensorflow_is_imported(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom tf_transformer.cli import main\n"
+            f"rc = main(['tune', '--output', {str(tmp_path / 't')!r}, '--heads', '3'])\n"
+            "print(rc, 'tensorflow' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert out.stdout.split() == ["2", "False"], out.stdout + out.stderr[-2000:]
+    assert "search space num_heads=3 does not divide model.d_model=256" in out.stderr

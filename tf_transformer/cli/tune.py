@@ -65,11 +65,11 @@ def configure_tune(parser: argparse.ArgumentParser) -> None:
                                                  "token)")
     parser.add_argument("--bleu", action="store_true", help="report val_bleu even when it is not the objective")
     parser.add_argument("--bleu-sentences", type=int, default=300, help="validation sentences translated for BLEU")
-    around = " (default: the config's value and its neighbours)"
-    parser.add_argument("--heads", help="num_heads values, e.g. 1,2,4,8 (d_k = d_v = d_model / h)" + around)
-    parser.add_argument("--layers", help="num_layers values, e.g. 2,3,4" + around)
-    parser.add_argument("--d-ff", help="d_ff values, e.g. 512,1024" + around)
-    parser.add_argument("--dropout", help="dropout values, e.g. 0,0.1,0.3" + around)
+    parser.add_argument("--heads", help="num_heads values, e.g. 1,2,4,8 (d_k = d_v = d_model / h; default: "
+                                        "those of 1,2,4,8,16 that divide d_model with d_k >= 8)")
+    parser.add_argument("--layers", help="num_layers values, e.g. 2,3,4 (default: the config's N-1, N, N+1)")
+    parser.add_argument("--d-ff", help="d_ff values, e.g. 512,1024 (default: 2 and 4 times d_model)")
+    parser.add_argument("--dropout", help="dropout values, e.g. 0,0.1,0.3 (default: 0,0.1,0.2,0.3)")
     parser.add_argument("--hyperband-factor", type=int, default=3, help="Hyperband's reduction factor")
     parser.add_argument("--strategy", choices=("auto", "default", "mirrored"), default=None,
                         help="distribution strategy (default: train.strategy of the config)")
@@ -92,15 +92,10 @@ def early_tune(args: argparse.Namespace) -> None:
         raise UserError(f"--hyperband-factor {args.hyperband_factor}: must be >= 2")
     if args.minutes_per_trial is not None and args.minutes_per_trial <= 0:
         raise UserError(f"--minutes-per-trial {args.minutes_per_trial}: must be > 0")
+    from tf_transformer.config import ConfigError
+    from tf_transformer.tuning.space import SearchSpace
 
-
-def run_tune(args: argparse.Namespace) -> int:
-    from tf_transformer.errors import ConfigError
-    from tf_transformer.tuning.hypermodel import SearchSpace
-    from tf_transformer.tuning.search import run_search
-
-    cfg = checked_config(args, early_tune)
-    space = SearchSpace.around(cfg.model)
+    space = SearchSpace.around(args._cfg.model)
     if args.heads:
         space.num_heads = _int_list(args.heads, "--heads")
     if args.layers:
@@ -110,9 +105,16 @@ def run_tune(args: argparse.Namespace) -> int:
     if args.dropout:
         space.dropout = _float_list(args.dropout, "--dropout")
     try:
-        space.validate(cfg.model.d_model)
+        args._space = space.validate(args._cfg.model.d_model)
     except ConfigError as e:
         raise UserError(f"{e} (from --heads/--layers/--d-ff/--dropout)") from None
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    from tf_transformer.tuning.search import run_search
+
+    cfg = checked_config(args, early_tune)
+    space = args._space
     result = run_search(cfg, args.output, algorithm=args.algorithm, max_trials=args.max_trials,
                         steps_per_trial=args.steps_per_trial, steps_per_epoch=args.steps_per_epoch,
                         minutes_per_trial=args.minutes_per_trial, objective=args.objective, search_space=space,

@@ -16,7 +16,7 @@ scale (``tft ablate``).
     result = run_search(load_config("multi30k_small"), "runs/tune", algorithm="hyperband",
                         steps_per_trial=600, steps_per_epoch=100)
 
-Modules: ``hypermodel`` (:class:`TransformerHyperModel`, :class:`SearchSpace`), ``search``
+Modules: ``hypermodel`` (:class:`TransformerHyperModel`), ``space`` (:class:`SearchSpace`), ``search``
 (:func:`run_search`, :func:`make_tuner`, the results table), ``rows`` (Table 3 rows scaled
 to a small config), ``ablation`` (the study behind ``tft ablate``), ``scoring`` (perplexity
 and BLEU); both commands are in :mod:`tf_transformer.cli.tune`. Names are imported on first
@@ -29,7 +29,7 @@ from tf_transformer._lazy import lazy_exports
 
 _EXPORTS = {
     "TransformerHyperModel": "hypermodel",
-    "SearchSpace": "hypermodel",
+    "SearchSpace": "space",
     "OBJECTIVES": "hypermodel",
     "objective_for": "hypermodel",
     "run_search": "search",

@@ -27,7 +27,12 @@ What a trial is:
   the whole ``valid`` split for validation), split over the replicas of the strategy the
   model was built under (``distribution_strategy=`` of the tuner). Budget per trial:
   ``epochs * steps_per_epoch`` updates, and optionally ``max_minutes`` of wall-clock time
-  (training stops at the first update past it, then validates).
+  (training stops at the first update past it, then validates). Your own data go in as
+  ``tuner.search(train, validation_data=valid, ...)``; give *functions* that make the datasets
+  (``lambda: make_dataset(cfg.data, "train", tok)``) when they tokenize in the graph, as
+  ``make_dataset`` does: Keras Tuner clears the Keras session before each trial, which
+  destroys the SentencePiece resource a dataset made beforehand holds. A function is called
+  once per trial.
 * It returns the epoch with the best objective (last epoch for BLEU) as a dict:
   ``val_loss`` (label-smoothed validation loss per token: the default objective),
   ``val_perplexity`` (unsmoothed), ``val_accuracy``, ``loss``, and besides ``params``,
@@ -47,13 +52,14 @@ import dataclasses
 import math
 import time
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 import keras
 import keras_tuner as kt
 
 from tf_transformer.config import Config, ConfigError
 from tf_transformer.io import say
+from tf_transformer.tuning.space import SearchSpace  # noqa: F401 (public here too)
 
 #: Objectives the hypermodel reports, with their direction.
 OBJECTIVES = {"val_loss": "min", "val_perplexity": "min", "val_accuracy": "max", "val_bleu": "max"}
@@ -64,49 +70,6 @@ def objective_for(name: str) -> kt.Objective:
     if name not in OBJECTIVES:
         raise ConfigError(f"objective {name!r} is not one of {', '.join(OBJECTIVES)}")
     return kt.Objective(name, OBJECTIVES[name])
-
-
-@dataclasses.dataclass
-class SearchSpace:
-    """Values tried for each hyper-parameter (each is an ``hp.Choice``; one value = fixed).
-
-    ``num_heads`` must divide the config's ``d_model`` (``d_k = d_v = d_model / h``).
-    """
-
-    num_heads: Sequence[int] = (1, 2, 4, 8)
-    num_layers: Sequence[int] = (2, 3, 4)
-    d_ff: Sequence[int] = (512, 1024)
-    dropout: Sequence[float] = (0.0, 0.1, 0.2, 0.3)
-
-    @classmethod
-    def around(cls, model_config) -> "SearchSpace":
-        """A default space around a config: heads dividing d_model (d_k >= 8) among 1..16,
-        depth N-1..N+1, d_ff 2x and 4x d_model, dropout 0..0.3."""
-        d, n = model_config.d_model, model_config.num_layers
-        heads = tuple(h for h in (1, 2, 4, 8, 16) if d % h == 0 and d // h >= 8) or (model_config.num_heads,)
-        layers = tuple(range(max(1, n - 1), n + 2))
-        return cls(num_heads=heads, num_layers=layers, d_ff=(2 * d, 4 * d), dropout=(0.0, 0.1, 0.2, 0.3))
-
-    def validate(self, d_model: int) -> "SearchSpace":
-        for name in ("num_heads", "num_layers", "d_ff", "dropout"):
-            values = list(getattr(self, name))
-            if not values:
-                raise ConfigError(f"search space {name} is empty")
-            if len(set(values)) != len(values):
-                raise ConfigError(f"search space {name}={values} repeats a value")
-        for h in self.num_heads:
-            if int(h) < 1 or d_model % int(h):
-                raise ConfigError(
-                    f"search space num_heads={h} does not divide model.d_model={d_model} "
-                    "(d_k = d_v = d_model / h)")
-        for name in ("num_layers", "d_ff"):
-            for v in getattr(self, name):
-                if int(v) < 1:
-                    raise ConfigError(f"search space {name}={v} must be >= 1")
-        for p in self.dropout:
-            if not 0.0 <= float(p) < 1.0:
-                raise ConfigError(f"search space dropout={p} must be in [0, 1)")
-        return self
 
 
 class TransformerHyperModel(kt.HyperModel):
@@ -179,6 +142,8 @@ class TransformerHyperModel(kt.HyperModel):
         cfg = copy.deepcopy(self.config)
         d = cfg.model.d_model
         h = int(values["num_heads"])
+        if h < 1 or d % h:  # a value the search space refuses can still come from hp.Fixed or an oracle
+            raise ConfigError(f"num_heads={h} does not divide d_model={d} (d_k = d_v = d_model / h)")
         cfg.model = dataclasses.replace(cfg.model, num_heads=h, key_dim=d // h, value_dim=d // h,
                                         num_layers=int(values["num_layers"]), d_ff=int(values["d_ff"]),
                                         dropout=float(values["dropout"]))
@@ -253,7 +218,9 @@ class TransformerHyperModel(kt.HyperModel):
         steps_per_epoch = int(steps_per_epoch or self.steps_per_epoch or cfg.train.steps_per_epoch)
         if epochs is None:
             epochs = max(1, math.ceil(cfg.train.train_steps / steps_per_epoch))
-        x = args[0] if args else kwargs.pop("x", None)
+        x = _made(args[0] if args else kwargs.pop("x", None))
+        validation_data = _made(validation_data)
+        user_data = x is not None or validation_data is not None
         kwargs.pop("y", None)
         own_validation = validation_data is None
         if x is None or validation_data is None:
@@ -277,9 +244,22 @@ class TransformerHyperModel(kt.HyperModel):
             # Hyperband resumes an earlier trial: continue its learning-rate schedule.
             model.optimizer.iterations.assign(int(initial_epoch) * steps_per_epoch)
         start = time.time()
-        history = model.fit(x, validation_data=validation_data, epochs=int(epochs), initial_epoch=int(initial_epoch),
-                            steps_per_epoch=steps_per_epoch * k, validation_steps=validation_steps,
-                            callbacks=callbacks, verbose=self.verbose if verbose is None else verbose, **kwargs)
+        try:
+            history = model.fit(x, validation_data=validation_data, epochs=int(epochs),
+                                initial_epoch=int(initial_epoch), steps_per_epoch=steps_per_epoch * k,
+                                validation_steps=validation_steps, callbacks=callbacks,
+                                verbose=self.verbose if verbose is None else verbose, **kwargs)
+        except Exception as e:  # noqa: BLE001 (only this one case is reworded)
+            if user_data and type(e).__name__ == "NotFoundError" and "Resource" in str(e):
+                from tf_transformer.errors import UserError
+
+                raise UserError(
+                    "a dataset given to tuner.search uses a resource (e.g. make_dataset's in-graph SentencePiece "
+                    "tokenizer) that Keras Tuner's clear_session() before this trial destroyed: give a function "
+                    "that makes the dataset instead, e.g. tuner.search(lambda: make_dataset(cfg.data, 'train', "
+                    "tok), validation_data=lambda: make_dataset(cfg.data, 'valid', tok, training=False), ...)"
+                ) from e
+            raise
         seconds = time.time() - start
         results = self._pick_epoch(history.history)
         results["params"] = float(count_parameters(model.transformer))
@@ -290,6 +270,13 @@ class TransformerHyperModel(kt.HyperModel):
         return results
 
     def _pick_epoch(self, history: dict) -> dict:
+        """Metrics of the epoch that is best by the objective (the last one if it is not logged),
+        ``epoch`` (its number, from 1) and ``epochs`` (how many were trained)."""
+        out = self._best_epoch(history)
+        out["epochs"] = float(len(next(iter(history.values()), [])))
+        return out
+
+    def _best_epoch(self, history: dict) -> dict:
         """Metrics of the epoch that is best by the objective (the last one if it is not logged)."""
         import numpy as np
 
@@ -323,3 +310,9 @@ class TransformerHyperModel(kt.HyperModel):
         result = corpus_bleu(transformer, self.prepare(), sources, targets, beam_size=1,
                              max_extra_length=cfg.decode.max_extra_length, batch_size=cfg.decode.batch_size)
         return result["bleu"]
+
+
+def _made(data):
+    """``data`` itself, or what it makes when it is a function (a dataset factory, called once
+    per trial so that its resources belong to this trial's session)."""
+    return data() if callable(data) and not hasattr(data, "element_spec") else data

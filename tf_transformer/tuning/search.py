@@ -102,7 +102,9 @@ def trial_rows(tuner, d_model: Optional[int] = None) -> list[dict]:
             "num_layers": hp.get("num_layers"),
             "d_ff": hp.get("d_ff"),
             "dropout": hp.get("dropout"),
-            "epochs": hp.get("tuner/epochs", _metric(trial, "epoch")),
+            # epochs trained (Hyperband's bracket budget; else what fit reported: trials of older
+            # versions recorded only the best epoch's number)
+            "epochs": hp.get("tuner/epochs", _metric(trial, "epochs") or _metric(trial, "epoch")),
             "steps": _metric(trial, "steps"),
             "params_m": None if params is None else params / 1e6,
             "objective": None if trial.score is None else float(trial.score),

@@ -376,6 +376,13 @@ def test_training_model_saves_to_keras_and_resumes_equal(tmp_path):
     assert len(pairs) > 2 * len(trainer.transformer.weights)
     for a, b in pairs:
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # what tft translate/export/evaluate load: the Transformer inside the wrapper
+    from tf_transformer.io import load_model
+
+    inner = load_model(path)
+    assert type(inner) is Transformer
+    for a, b in zip(trainer.transformer.weights, inner.weights):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     for model in (trainer, loaded):
         model.fit(*data, epochs=1, batch_size=8, verbose=0)
     for a, b in zip(trainer.weights, loaded.weights):

@@ -346,7 +346,9 @@ def state_bytes(obj) -> int:
 
 
 def load_model(path: Union[str, os.PathLike]):
-    """Load a ``.keras`` Transformer (no optimizer) with a clear error for bad paths."""
+    """Load a ``.keras`` Transformer (no optimizer) with a clear error for bad paths. A saved
+    training wrapper (``TrainingModel``, what ``ModelCheckpoint`` writes during ``model.fit`` of
+    one, or a tuner's best model) gives the Transformer inside it."""
     path = str(path)
     if not os.path.exists(path):
         raise UserError(f"model {path}: no such file (expected a .keras model written by tft train/average)")
@@ -359,6 +361,9 @@ def load_model(path: Union[str, os.PathLike]):
         model = keras.saving.load_model(path, compile=False)
     except Exception as e:  # noqa: BLE001 (keras raises ValueError, OSError, zipfile errors...)
         raise UserError(f"model {path}: cannot load it as a Keras model ({type(e).__name__}: {e})") from None
+    inner = getattr(model, "transformer", None)
+    if inner is not None and all(hasattr(inner, a) for a in ("encode", "decode_step", "init_cache")):
+        model = inner  # the training wrapper: its Transformer is the model
     for attr in ("encode", "decode_step", "init_cache", "vocab_size"):
         if not hasattr(model, attr):
             raise UserError(f"model {path}: {type(model).__name__} is not a tf_transformer Transformer")

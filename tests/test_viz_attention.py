@@ -28,7 +28,9 @@ def tiny(tmp_path_factory):
 def test_attention_rows_sum_to_one(tiny):
     _, model, tok = tiny
     weights, src, tgt = attention_for_sentence(model, tok, "Two dogs play in the snow.", target="A dog.")
-    assert src[-1] == "</s>" and tgt[0] == "<s>"
+    # the source as training and translation feed it (no </s>), the decoder input from <s>
+    assert src == tok.id_to_piece(list(tok.encode(["Two dogs play in the snow."])[0])) and "</s>" not in src
+    assert tgt[0] == "<s>"
     for kind, (q, k) in {"encoder_self": (src, src), "decoder_self": (tgt, tgt), "decoder_cross": (tgt, src)}.items():
         assert len(weights[kind]) == 2
         for w in weights[kind]:
@@ -75,6 +77,19 @@ def test_plot_attention_bad_layer_is_a_clear_error(tiny, capsys):
                  "--sentence", "A man.", "--layer", "7", "--output", str(root / "x.png")])
     assert code == 2
     assert "--layer 7: the model has 2 layers" in capsys.readouterr().err
+
+
+def test_a_sentence_over_the_model_limit_is_plotted_cut_with_a_warning(tiny, capsys):
+    root, model, tok = tiny
+    sentence = " ".join(["a man rides a bike"] * 30)
+    n = len(tok.encode([sentence])[0])
+    assert n > model.max_length
+    code = main(["plot-attention", "--model", str(root / "m.keras"), "--vocab", str(root / "spm.model"),
+                 "--sentence", sentence, "--attention", "encoder", "--style", "heatmap",
+                 "--output", str(root / "long.png")])
+    out = capsys.readouterr()
+    assert code == 0 and f"{model.max_length}x{model.max_length} tokens" in out.out
+    assert f"--sentence has {n} tokens, more than the model limit of {model.max_length}" in out.err
 
 
 def test_demo_writes_both_attention_figures(tiny, tmp_path):

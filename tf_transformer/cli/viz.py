@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from tf_transformer.cli._common import flags, resolve_run
@@ -14,7 +15,7 @@ KINDS = ("cross", "decoder", "encoder")
 
 EPILOG = """\
 rows and columns:
-  encoder   rows and columns: the source tokens (and </s>)
+  encoder   rows and columns: the source tokens
   cross     rows: the token each decoder position predicts; columns: the source tokens
   decoder   rows: the token each decoder position predicts; columns: the decoder input
             (<s> and the target before it), causal
@@ -66,6 +67,10 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = Tokenizer(args.vocab)
     if not args.sentence.strip():
         raise UserError("--sentence is empty")
+    pieces = len(tokenizer.encode([args.sentence])[0])
+    if pieces > int(model.max_length):
+        print(f"tft plot-attention: warning: --sentence has {pieces} tokens, more than the model limit of "
+              f"{model.max_length}: only its first {model.max_length} are plotted", file=sys.stderr)
     weights, src, tgt = attention_for_sentence(model, tokenizer, args.sentence, args.target)
     layers = weights[NAMES[args.attention]]
     if not -len(layers) <= args.layer < len(layers):

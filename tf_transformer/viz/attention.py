@@ -52,14 +52,15 @@ def attention_for_sentence(model, tokenizer, sentence: str, target: str | None =
     """Run the model on one sentence and return ``(weights, source_pieces, target_pieces)``.
 
     ``weights`` is :meth:`Transformer.attention_weights`' dict with batch dimension removed:
-    per kind, a list (one per layer) of ``[heads, query, key]`` arrays. Source pieces end with
-    ``</s>``; target pieces start with ``<s>`` (the decoder input).
+    per kind, a list (one per layer) of ``[heads, query, key]`` arrays. Source pieces are the
+    sentence's as the model reads them when it trains and translates (no ``</s>``), cut to the
+    model's ``max_length``; target pieces start with ``<s>`` (the decoder input).
     """
     import keras
 
     src = list(tokenizer.encode([sentence])[0])
     limit = int(model.max_length)
-    src = src[: limit - 1] + [tokenizer.eos_id]
+    src = src[:limit]
     if target is None:
         from tf_transformer.decoding.model_fns import translate_batch
 

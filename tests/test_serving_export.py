@@ -150,3 +150,19 @@ def test_cli_export_refuses_to_overwrite(assets, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "already exists" in err and "--version 2" in err
     assert main(["export", "--model", assets[0], "--vocab", assets[1], "--output", str(out), "--version", "0"]) == 2
+
+
+def test_export_json_records_every_version_and_the_served_one(assets, tmp_path, capsys):
+    """Exporting version 2 (greedy) and then version 1 (beam 2): the top of export.json is the
+    latest export, ``versions`` keeps both settings, ``served`` is the one TF Serving loads."""
+    from tf_transformer.cli import main
+
+    out = tmp_path / "m"
+    base = ["export", "--model", assets[0], "--vocab", assets[1], "--output", str(out), "--max-extra-len", "5"]
+    assert main(base + ["--version", "2", "--beam", "1"]) == 0
+    assert main(base + ["--version", "1", "--beam", "2"]) == 0
+    info = json.loads((out / "export.json").read_text())
+    assert info["version"] == 1 and info["decode"]["beam_size"] == 2 and info["served"] == 2
+    assert list(info["versions"]) == ["1", "2"]
+    assert [info["versions"][v]["decode"]["beam_size"] for v in ("1", "2")] == [2, 1]
+    assert info["versions"]["2"]["model"] == assets[0]

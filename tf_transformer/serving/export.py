@@ -17,7 +17,9 @@ or Python with ``import tensorflow_text``)
 ``DIR/ids_only/<version>/`` (loads in any TF Serving build: core TensorFlow ops only)
     signature ``translate_ids`` (also ``serving_default``) as above.
 ``DIR/export.json``
-    the decoding settings baked into the graphs, the vocabulary and the model they came from.
+    the decoding settings baked into the graphs, the vocabulary and the model they came from
+    (of the latest export), ``versions``: the same for every version in ``DIR``, and
+    ``served``: the version TF Serving serves (the highest).
 
 TF Serving scans a model base path for numeric sub-directories, so ``DIR`` serves the
 full model and ``DIR/ids_only`` the core-ops one. Decoding settings (beam size, alpha,
@@ -155,6 +157,23 @@ def export_model(model, tokenizer, output_dir, version: int = 1, beam_size: int 
         str(full_dir.relative_to(out)): ["translate (serving_default)", "translate_ids"],
         str(ids_dir.relative_to(out)): ["translate_ids (serving_default)"],
     }
+    info["versions"] = _versions(out, version, info)
+    info["served"] = max(int(v) for v in info["versions"])  # what TF Serving loads from DIR
     atomic_write(out / "export.json", json.dumps(info, indent=2) + "\n")
     written["info"] = str(out / "export.json")
     return written
+
+
+def _versions(out: Path, version: int, info: dict) -> dict:
+    """Each version directory's own record (model, decoding settings, time), this export's
+    included: the top of ``export.json`` describes the latest export, which need not be the
+    version TF Serving serves (the highest). Records of versions whose directory is gone are
+    dropped."""
+    try:
+        old = json.loads((out / "export.json").read_text()).get("versions", {})
+    except (OSError, ValueError, AttributeError):
+        old = {}
+    record = {k: info[k] for k in ("model", "vocab", "decode", "exported_at")}
+    versions = {k: v for k, v in old.items() if k.isdigit() and (out / k).is_dir() and k != str(version)}
+    versions[str(version)] = record
+    return dict(sorted(versions.items(), key=lambda kv: int(kv[0])))

@@ -325,6 +325,17 @@ def test_model_directory_without_a_model_is_one_line(tmp_path, capsys):
     assert f"--model {tmp_path}: a directory without model.keras" in err and "averaged.keras" in err
 
 
+def test_the_vocabulary_taken_from_the_config_is_named(assets, tmp_path, capsys):
+    from tf_transformer.cli import main
+
+    config = tmp_path / "c.yaml"
+    config.write_text(f"extends: multi30k_small\ndata: {{vocab_model: {assets[1]}}}\ndecode: {{beam_size: 1}}\n")
+    (tmp_path / "in.txt").write_text("a dog runs.\n")
+    assert main(["translate", "--model", assets[0], "--config", str(config), "--input", str(tmp_path / "in.txt"),
+                 "--output", str(tmp_path / "out.txt"), "--quiet"]) == 0
+    assert f"tft translate: --vocab {assets[1]} (data.vocab_model of --config {config})" in capsys.readouterr().err
+
+
 def test_model_vocab_size_follows_the_built_vocabulary(assets):
     from tf_transformer.config import load_config
     from tf_transformer.data.tokenizer import resolve_vocabulary

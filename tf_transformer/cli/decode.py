@@ -174,6 +174,8 @@ def load_model_and_vocabulary(args, cfg):
     if not vocab:
         raise UserError("--vocab is required: the model is not in a run directory with a vocab.model, and no "
                         "--config whose data.vocab_model names the SentencePiece model was given")
+    if not args.vocab:  # say where it came from, as resolve_run does for a run directory's own
+        print(f"tft {args.command}: --vocab {vocab} (data.vocab_model of --config {args.config})", file=sys.stderr)
     with flags(MODEL_FLAGS):
         model = load_model(args.model)
         return model, load_tokenizer(vocab, model)

@@ -82,6 +82,8 @@ def test_a_budget_stop_says_the_minutes_so_far_and_that_the_budget_is_per_sittin
     ("early_stopping", 5200, "finished by early stopping at update 5,200 of 8,000"),
     ("SIGTERM", 3000, "stopped by SIGTERM at update 3,000 of 8,000: rerun the training command to continue from it"),
     ("error (OSError)", 3000, "stopped by error (OSError) at update 3,000 of 8,000: rerun the training command"),
+    ("error (DataError)", 3000, "stopped by error (DataError) at update 3,000 of 8,000, a problem with the run's "
+                                "inputs or files that a rerun alone meets again: fix what the error said"),
     ("nan", 2950, "stopped: the loss became non-finite (no backup of that update was written; newest backup "
                   "update 2,950 of 8,000)"),
 ])

@@ -199,6 +199,10 @@ def run_state(status: dict, node: Optional[str] = None, alive=_process_alive) ->
         return (f"stopped by {ended_by_words(ended_by)} at {at}{of} after {len(sittings)} sitting"
                 f"{'s' if len(sittings) != 1 else ''} and {_minutes_trained(status)}: {rerun} (train.max_minutes="
                 f"{status['max_minutes']:g} budgets each sitting afresh: a rerun trains up to that long again)")
+    if ended_by in {f"error ({name})" for name in ("UserError", "ConfigError", "DataError", "WriteError",
+                                                   "DamagedFileError")}:
+        return (f"stopped by {ended_by_words(ended_by)} at {at}{of}, a problem with the run's inputs or files that "
+                f"a rerun alone meets again: fix what the error said (the training command printed it), then {rerun}")
     if ended_by is not None:
         return f"stopped by {ended_by_words(ended_by)} at {at}{of}: {rerun}"
     if step is None:

@@ -411,3 +411,45 @@ train: {{train_steps: 4, steps_per_epoch: 2, warmup_steps: 2, strategy: default}
         err = capsys.readouterr().err
         assert f"{corpus}/empty" in err and ("no validation pairs" in err or "no validation sentences" in err), err
         assert "Traceback" not in err and not list(run.glob("ckpt*")) and not (run / "model.keras").exists()
+
+
+def _tensorboard_scalars(log_dir):
+    """``{(subdir, tag): [steps...]}`` over every event file under ``log_dir``."""
+    import tensorflow as tf
+    from tensorflow.core.util import event_pb2
+
+    out = {}
+    for path in sorted(Path(log_dir).glob("*/events.out.tfevents.*")):
+        for raw in tf.data.TFRecordDataset(str(path)):
+            event = event_pb2.Event.FromString(raw.numpy())
+            for value in event.summary.value:
+                out.setdefault((path.parent.name, value.tag), []).append(int(event.step))
+    return out
+
+
+def test_tensorboard_scalars_lie_on_the_update_axis_across_a_resume(tmp_path):
+    """Every scalar's step is the optimizer update: the every-N train scalars, the epoch ends
+    (train and validation, which used the epoch index), the validation BLEU of every evaluation
+    (Keras' TensorBoard callback silenced all but those on its own N-batch grid), with gradient
+    accumulation (2 micro-batches per update: the axis was stretched 2x) and across a resume (the
+    second sitting wrote over the first one's steps)."""
+    import importlib.util
+
+    if not importlib.util.find_spec("tensorboard"):
+        pytest.skip("tensorboard is not installed: no logs are written")
+    from tf_transformer.training import train
+
+    batches = task_batches(2, 4, 16, "reverse", max_len=6)
+    cfg = tiny_config(16, str(tmp_path / "run"), train_steps=14, steps_per_epoch=7, warmup_steps=5,
+                      tensorboard_every_steps=5, tokens_per_update=2 * 256)
+    train(cfg, train_data=dataset_fn(batches), valid_data=dataset_fn(batches, repeat=False), verbose=0)
+    cfg.train.train_steps = 21
+    result = train(cfg, train_data=dataset_fn(batches), valid_data=dataset_fn(batches, repeat=False), verbose=0,
+                   allow_config_change=True)
+    assert result.start_step == 14 and result.final_step == 21
+    steps = _tensorboard_scalars(tmp_path / "run" / "logs")
+    assert steps[("train", "batch_loss")] == [5, 10, 15, 20]
+    assert steps[("train", "batch_learning_rate")] == [5, 10, 15, 20]
+    for key in (("train", "epoch_loss"), ("train", "epoch_learning_rate"), ("validation", "epoch_loss"),
+                ("validation", "epoch_accuracy")):
+        assert steps[key] == [7, 14, 21], key

@@ -74,7 +74,8 @@ def test_early_stopping_at_the_right_evaluation_and_best_weights_kept(tmp_path, 
         assert cb.best == 13 and cb.best_step == 500
         assert [r["val_bleu"] for r in rows] == values[:8]
         kept = sorted(p.name for p in (tmp_path / "best").iterdir())
-        assert kept == ["best-200.weights.h5", "best-500.weights.h5"]  # the 2 best, newest = best
+        # the 2 best evaluations (13 at 500 and at 700), not the last two new bests (12 at 200, 13 at 500)
+        assert kept == ["best-500.weights.h5", "best-700.weights.h5"] and cb.best_steps() == [500, 700]
         layer.load_weights(str(tmp_path / "best" / "best-500.weights.h5"))
         assert float(layer.get_weights()[0][0, 0]) == 500.0
         assert [r["step"] for r in rows] == list(range(100, 900, 100))
@@ -269,3 +270,42 @@ decode: {{max_extra_length: 5}}
     assert again.returncode == 0, again.stderr[-3000:]
     assert "early stopping had already ended this run" in again.stderr
     assert read_eval_log(run / "eval.jsonl") == rows
+
+
+def test_keep_best_keeps_the_best_evaluations_not_the_last_new_bests(tmp_path):
+    """BLEU 0.03, 0.11, 2.04, 2.04, 1.77 with keep_best 3: the three best evaluations are those of
+    updates 60, 80 and 100 (the tie and the 1.77 rank above 0.11); keeping the last three new
+    bests held 20, 40 and 60, early weights that an average of best/ would mix in."""
+    layer = small_layer()
+
+    def weights_at(step):
+        layer.set_weights([np.full((2, 1), step, "float32"), np.zeros(1, "float32")])
+
+    cb = Scripted([0.03, 0.11, 2.04, 2.04, 1.77], every_steps=20, keep_best=3, best_dir=tmp_path / "best",
+                  log=lambda m: None)
+    cb.transformer = layer
+    kept_after = []
+    model = fake_fit_model(layer)
+    cb.set_model(model)
+    cb.on_train_begin()
+    for epoch, step in enumerate(range(20, 120, 20)):
+        model.optimizer.iterations = np.int64(step)
+        weights_at(step)
+        cb.on_epoch_end(epoch, {})
+        kept_after.append(sorted(int(p.name.split("-")[1].split(".")[0]) for p in (tmp_path / "best").iterdir()))
+    assert kept_after == [[20], [20, 40], [20, 40, 60], [40, 60, 80], [60, 80, 100]]
+    assert cb.best_step == 60 and cb.best_steps() == [60, 80, 100]
+    for step in (60, 80, 100):  # each file holds the weights of its own update
+        layer.load_weights(str(tmp_path / "best" / f"best-{step}.weights.h5"))
+        assert float(layer.get_weights()[0][0, 0]) == step
+    # val_loss: lower is better
+    cb = Scripted([0.0] * 4, every_steps=20, metric="val_loss", keep_best=2, best_dir=tmp_path / "loss",
+                  log=lambda m: None)
+    cb.transformer = layer
+    model = fake_fit_model(layer)
+    cb.set_model(model)
+    cb.on_train_begin()
+    for epoch, (step, loss) in enumerate(zip(range(20, 100, 20), (3.0, 2.0, 2.5, 2.2))):
+        model.optimizer.iterations = np.int64(step)
+        cb.on_epoch_end(epoch, {"val_loss": loss})
+    assert sorted(p.name for p in (tmp_path / "loss").iterdir()) == ["best-40.weights.h5", "best-80.weights.h5"]

@@ -190,7 +190,13 @@ def weight_sets(run: Path, cfg, averages=(5, 10)):
         sets[f"last checkpoint (update {step})"] = from_weights(path, run / "last-checkpoint.keras")
     best = sorted((run / "best").glob("best-*.weights.h5"), key=lambda p: int(p.name.split("-")[1].split(".")[0]))
     if best:
-        sets[f"best ({best[-1].name.split('.')[0]})"] = from_weights(best[-1], run / "best.keras")
+        # the evaluation log's best_step (with train.keep_best > 1 the newest file need not be the best)
+        from tf_transformer.io import read_eval_log
+
+        rows = read_eval_log(run / "eval.jsonl") if (run / "eval.jsonl").is_file() else []
+        step = rows[-1].get("best_step") if rows else None
+        chosen = next((p for p in best if p.name == f"best-{step}.weights.h5"), best[-1])
+        sets[f"best ({chosen.name.split('.')[0]})"] = from_weights(chosen, run / "best.keras")
     for n in averages:
         if len(checkpoints) < n:
             say(f"average of last {n} left out: {run / 'checkpoints'} holds {len(checkpoints)} "

@@ -374,3 +374,78 @@ class WallClockBudget(_UpdateCounting):
                          f"{current_step(self.model)}")
             self.stopped = True
             self.model.stop_training = True
+
+
+def _scalars(logs) -> dict[str, float]:
+    """The numeric entries of Keras ``logs`` as floats."""
+    out = {}
+    for key, value in (logs or {}).items():
+        try:
+            out[key] = float(np.asarray(keras.ops.convert_to_numpy(value)).reshape(-1)[0])
+        except (TypeError, ValueError, IndexError):
+            continue
+    return out
+
+
+class UpdateTensorBoard(_UpdateCounting):
+    """TensorBoard scalars with the optimizer update as the step, in ``log_dir/train`` and
+    ``log_dir/validation``.
+
+    * every ``every_steps`` updates (``None``: none): ``batch_<metric>`` (the running means of the
+      epoch so far, as Keras logs them) and ``batch_learning_rate`` in ``train``;
+    * at every epoch end: ``epoch_<metric>`` and ``epoch_learning_rate`` in ``train``, the
+      validation metrics as ``epoch_<metric>`` in ``validation`` (so train and validation curves
+      of one metric share a chart).
+
+    Keras' own ``TensorBoard`` callback counts steps from each ``fit`` call's start, so a resumed
+    run wrote over its earlier steps, gradient accumulation stretched the axis by the number of
+    micro-batches, and epoch scalars used the epoch index; and its every-N-batches filter also
+    silenced other writers between its own writes (the validation BLEU). Here every scalar of a
+    run, resumed or not, lies on one update axis, the one of ``eval.jsonl`` and the checkpoints.
+    """
+
+    def __init__(self, log_dir, every_steps: Optional[int] = None, accumulation_steps: int = 1):
+        super().__init__(accumulation_steps)
+        self.log_dir = Path(log_dir)
+        self.every = int(every_steps) if every_steps else None
+        self._writers = {}
+        self._last = None
+
+    def _write(self, name: str, scalars: dict, step: int) -> None:
+        import tensorflow as tf
+
+        if name not in self._writers:
+            self._writers[name] = tf.summary.create_file_writer(str(self.log_dir / name))
+        with self._writers[name].as_default():
+            for tag, value in scalars.items():
+                tf.summary.scalar(tag, value, step=step)
+
+    def _learning_rate(self) -> float:
+        return float(np.asarray(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)))
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self._count_batch() or not self.every:
+            return
+        step = current_step(self.model)
+        if step % self.every or step == self._last:
+            return
+        self._last = step
+        scalars = {f"batch_{k}": v for k, v in _scalars(logs).items() if k != "learning_rate"}
+        scalars["batch_learning_rate"] = self._learning_rate()
+        self._write("train", scalars, step)
+
+    def on_epoch_end(self, epoch, logs=None):
+        step = current_step(self.model)
+        values = _scalars(logs)
+        train = {f"epoch_{k}": v for k, v in values.items() if not k.startswith("val_") and k != "learning_rate"}
+        train["epoch_learning_rate"] = self._learning_rate()
+        self._write("train", train, step)
+        validation = {f"epoch_{k[4:]}": v for k, v in values.items() if k.startswith("val_")}
+        if validation:
+            self._write("validation", validation, step)
+        for writer in self._writers.values():
+            writer.flush()
+
+    def on_train_end(self, logs=None):
+        for writer in self._writers.values():
+            writer.flush()

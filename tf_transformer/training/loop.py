@@ -575,9 +575,7 @@ def _callbacks(run: _Run, trainer: TrainingModel, backup: cb.ResumableBackup, st
         all_callbacks.append(evaluator)  # before TensorBoard: it adds val_bleu to the epoch logs
     if log_dir is not None:
         if _tensorboard_available():
-            every = cfg.train.tensorboard_every_steps  # in updates; Keras counts batches (k per update)
-            all_callbacks.append(keras.callbacks.TensorBoard(log_dir=str(log_dir),
-                                                             update_freq="epoch" if every is None else every * k))
+            all_callbacks.append(cb.UpdateTensorBoard(log_dir, cfg.train.tensorboard_every_steps, k))
         else:
             log("train: note: the tensorboard package is not installed: no TensorBoard logs "
                 "(pip install tensorboard)")

@@ -214,6 +214,14 @@ def run_state(status: dict, node: Optional[str] = None, alive=_process_alive) ->
             f"from before they were), so whether it is training now is not known; if it is not, {rerun}")
 
 
+def _best_kept(status: dict) -> int:
+    """The update of the best weights in ``best/``: the latest evaluation's ``best_step`` when its
+    file is kept (with ``train.keep_best`` > 1 the newest file need not be the best)."""
+    evaluations = status.get("evaluations") or []
+    best_step = evaluations[-1].get("best_step") if evaluations else None
+    return best_step if best_step in status["best"] else status["best"][-1]
+
+
 def describe_status(status: dict, **state_kwargs) -> str:
     """``tft status``'s text for one run: a few labelled lines (the state from ``status["state"]``
     when the caller has worked it out already, else from :func:`run_state`)."""
@@ -242,7 +250,7 @@ def describe_status(status: dict, **state_kwargs) -> str:
     kept = status["checkpoints"]
     if kept:
         lines.append(f"  checkpoints: {len(kept)} kept, updates {kept[0]:,}-{kept[-1]:,}"
-                     + (f"; best weights of update {status['best'][-1]:,} in best/" if status["best"] else ""))
+                     + (f"; best weights of update {_best_kept(status):,} in best/" if status["best"] else ""))
     if status["model_written"]:
         lines.append(f"  model: {MODEL_FILE} written {_ago(status['model_age_seconds'])}")
     lines.append(f"  sittings: {describe_sittings(status['sittings'])}")

@@ -13,7 +13,8 @@ so the validation loss of the same moment is in ``logs``), :class:`ValidationBLE
    the TensorBoard callback (placed after this one) all show it;
 3. writes a checkpoint through the run's :class:`~tf_transformer.training.callbacks.TimedCheckpoint`
    (so checkpoints line up with evaluations and "average the last N" means the last N
-   evaluation points), and keeps the best ``keep_best`` weights by ``metric`` in ``best/``;
+   evaluation points), and keeps the weights of the ``keep_best`` best evaluations by ``metric``
+   in ``best/`` (``best-<update>.weights.h5``; the best is ``best_step``'s, not the newest file);
 4. appends one JSON line to ``eval.jsonl`` (step, wall-clock minutes, val_bleu, seconds
    spent decoding, val_loss, val_perplexity, best so far): the learning curve, and the state a resumed run reads back;
 5. stops training after ``patience`` evaluations without improvement of ``metric``
@@ -215,8 +216,8 @@ class ValidationBLEU(keras.callbacks.Callback):
         if self.enabled:
             if self.checkpoint is not None:
                 self.checkpoint.save()
-            if improved and self.keep_best > 0 and self.best_dir is not None:
-                self._save_best(step)
+            if self.keep_best > 0 and self.best_dir is not None:
+                self._keep_best(step)
             if self.log_path is not None:
                 self._append(row)
             self._write_scalar(step, bleu)
@@ -238,12 +239,28 @@ class ValidationBLEU(keras.callbacks.Callback):
         previous complete log, never a half line."""
         atomic_write(self.log_path, "".join(json.dumps(r) + "\n" for r in self.rows))
 
-    def _save_best(self, step: int) -> None:
-        save_weights(self.transformer, self.best_dir / f"best-{step}.weights.h5")
-        kept = [p for _, p in list_step_files(self.best_dir, "best")]
-        # best files are written in improving order: the newest are the best
-        for old in kept[: max(0, len(kept) - self.keep_best)]:
-            old.unlink(missing_ok=True)
+    def best_steps(self) -> list[int]:
+        """The updates of the ``keep_best`` best evaluations so far by the watched value, best
+        first; of equal values the earlier ranks first (so the first is ``best_step``)."""
+        key = self.watched_name if self.window > 1 else self.metric
+        scored = [(float(r[key]), int(r["step"])) for r in self.rows
+                  if r.get(key) is not None and math.isfinite(float(r[key]))]
+        sign = -1.0 if self.metric == "val_bleu" else 1.0  # val_bleu: higher is better
+        ranked = [step for _, step in sorted(scored, key=lambda vs: (sign * vs[0], vs[1]))]
+        if self.best_step is not None and self.best_step in ranked:  # first, whatever the rounding of rows
+            ranked.remove(self.best_step)
+            ranked.insert(0, self.best_step)
+        return ranked[: self.keep_best]
+
+    def _keep_best(self, step: int) -> None:
+        """Write this evaluation's weights when they rank among the ``keep_best`` best, and
+        remove the files that no longer do (a later file is not necessarily a better one)."""
+        top = set(self.best_steps())
+        if step in top:
+            save_weights(self.transformer, self.best_dir / f"best-{step}.weights.h5")
+        for kept_step, path in list_step_files(self.best_dir, "best"):
+            if kept_step not in top:
+                path.unlink(missing_ok=True)
 
     def _write_scalar(self, step: int, bleu: float) -> None:
         if self.tensorboard_dir is None:

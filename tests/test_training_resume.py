@@ -275,6 +275,32 @@ def test_sigterm_stops_at_the_update_boundary_with_everything_written_and_resume
     assert sittings == [(1, 0, 6, "SIGTERM"), (2, 6, 12, "train_steps")]
 
 
+def test_a_signal_saves_the_backup_before_the_epoch_end_work_and_stops_at_the_epoch_end():
+    """The backup is written at the update where a signal stops training, before Keras' validation
+    pass of the cut epoch (a grace period may not outlast it); a signal during end-of-epoch work
+    (validation, BLEU) stops at that epoch's end instead of training one more update first."""
+    import types
+
+    from tf_transformer.training.callbacks import StopOnSignal
+
+    saved = []
+    stop = StopOnSignal(2, log=lambda m: None, save_now=lambda: saved.append("backup"))
+    stop.set_model(types.SimpleNamespace(stop_training=False))
+    stop.on_train_batch_end(0)
+    stop.received = "SIGTERM"
+    stop.on_train_batch_end(1)  # the end of an update: saved, then stopped
+    assert saved == ["backup"] and stop.model.stop_training
+    stop.on_train_batch_end(2)
+    stop.on_train_batch_end(3)
+    assert saved == ["backup"]  # once
+    late = StopOnSignal(1, log=lambda m: None, save_now=lambda: saved.append("late"))
+    late.set_model(types.SimpleNamespace(stop_training=False))
+    late.on_train_batch_end(0)
+    late.received = "SIGINT"  # arrives during the epoch's validation
+    late.on_epoch_end(0)
+    assert late.model.stop_training and saved == ["backup"]  # the epoch end's own writes follow
+
+
 def test_tft_train_exit_status_says_how_training_stopped(monkeypatch, capsys, tmp_path):
     import argparse
 

@@ -308,13 +308,20 @@ class StopOnSignal(_UpdateCounting):
     second one acts at once as it would have without this callback. Installed for the
     duration of ``fit`` only, and only from the main thread (where Python delivers
     signals). :attr:`received` is the signal's name (``"SIGTERM"``/``"SIGINT"``) or None.
+
+    ``save_now``: called at the update where training stops (the run's backup), before Keras'
+    end-of-epoch work (the validation pass of the cut epoch) that a scheduler's grace period
+    may not outlast. A signal that arrives during that work (validation, BLEU) stops training
+    at the epoch's end, before another update.
     """
 
     SIGNALS = ("SIGTERM", "SIGINT")
 
-    def __init__(self, accumulation_steps: int = 1, log: Optional[Callable] = None):
+    def __init__(self, accumulation_steps: int = 1, log: Optional[Callable] = None,
+                 save_now: Optional[Callable] = None):
         super().__init__(accumulation_steps)
         self.log = log or (lambda msg: print(msg, flush=True))
+        self.save_now = save_now
         self.received: Optional[str] = None
         self._previous: dict = {}
 
@@ -347,6 +354,12 @@ class StopOnSignal(_UpdateCounting):
 
     def on_train_batch_end(self, batch, logs=None):
         if self._count_batch() and self.received:
+            if not self.model.stop_training and self.save_now is not None:
+                self.save_now()
+            self.model.stop_training = True
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.received:
             self.model.stop_training = True
 
     def on_train_end(self, logs=None):

@@ -566,7 +566,7 @@ def _callbacks(run: _Run, trainer: TrainingModel, backup: cb.ResumableBackup, st
     if budget:
         all_callbacks.append(budget)
     # one worker of several cannot stop alone (the others would wait in their collectives)
-    signals = None if is_multiworker(run.strategy) else cb.StopOnSignal(k, log=log)
+    signals = None if is_multiworker(run.strategy) else cb.StopOnSignal(k, log=log, save_now=backup.save)
     if signals is not None:
         all_callbacks.append(signals)
     evaluator = _validation_bleu(run, trainer.transformer, log_dir, checkpoint)

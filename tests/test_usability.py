@@ -419,7 +419,8 @@ def test_progress_lines_when_stdout_is_not_a_terminal(monkeypatch):
     monkeypatch.setattr("tf_transformer.training.progress.time.perf_counter", lambda: clock[0])
     lines = []
     progress = ProgressLines(3, 10, 3, write=lines.append)
-    model = types.SimpleNamespace(optimizer=types.SimpleNamespace(iterations=np.int64(0)))
+    model = types.SimpleNamespace(optimizer=types.SimpleNamespace(iterations=np.int64(0), learning_rate=1e-3))
+    model.target_tokens_seen = lambda: 100.0 * int(model.optimizer.iterations)  # 100 target tokens per update
     progress.set_model(model)
     progress.on_train_begin()
     progress.on_epoch_begin(0)
@@ -430,7 +431,9 @@ def test_progress_lines_when_stdout_is_not_a_terminal(monkeypatch):
             progress.on_train_batch_end(0, {"loss": 2.5, "accuracy": 0.25})
     clock[0] += 17.5  # validation and the other callbacks' epoch-end work after the last update
     progress.on_epoch_end(0, {"loss": 2.0, "val_loss": 1.75})
-    assert lines == ["update 3/10  epoch 1/3  loss 2.5000  accuracy 0.2500  2.00 updates/s",
+    # 3 updates in 1.5 s: 2 updates/s, 200 target tokens/s, 7 updates left at that pace: 3.5 s
+    assert lines == ["update 3/10  epoch 1/3  loss 2.5000  accuracy 0.2500  lr 1.00e-03  2.00 updates/s  "
+                     "200 tgt tokens/s  ETA 4 s",
                      "epoch 1/3 (update 4, epoch end 17.5 s): loss 2.0000  val_loss 1.7500"]
     # the next interval's rate includes that epoch end: updates 4-6 in 19 s
     progress.on_epoch_begin(1)
@@ -438,7 +441,14 @@ def test_progress_lines_when_stdout_is_not_a_terminal(monkeypatch):
         clock[0] += 0.5
         model.optimizer.iterations = np.int64(step)
         progress.on_train_batch_end(0, {"loss": 2.0})
-    assert lines[2] == "update 6/10  epoch 2/3  loss 2.0000  0.16 updates/s"
+    # the ETA follows the sitting's pace so far: 6 updates in 20.5 s, 4 left: 13.7 s
+    assert lines[2] == "update 6/10  epoch 2/3  loss 2.0000  lr 1.00e-03  0.16 updates/s  16 tgt tokens/s  ETA 14 s"
+
+
+def test_progress_eta_wording():
+    from tf_transformer.training.progress import _eta
+
+    assert [_eta(3.5), _eta(1000), _eta(9000)] == ["4 s", "17 min", "2 h 30 min"]
 
 
 def test_tensorflow_start_up_lines_are_filtered_and_nothing_else():

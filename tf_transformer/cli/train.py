@@ -41,7 +41,9 @@ def configure_train(parser: argparse.ArgumentParser) -> None:
                         help="run directory (default: train.model_dir of the config)")
     parser.add_argument("--verbose", type=int, choices=(0, 1, 2), default=None,
                         help="Keras progress: 1 progress bar, 2 one line per epoch, 0 none (default: 1 on a "
-                             "terminal, else 2 plus a line every train.log_every_steps updates)")
+                             "terminal; elsewhere our plain lines instead of Keras': one every "
+                             "train.log_every_steps updates (metrics, learning rate, updates/s, target tokens/s, "
+                             "ETA) and one per epoch with the validation metrics)")
     parser.add_argument("--allow-config-change", action="store_true",
                         help="continue the run in --model-dir although the config (or vocabulary) differs from "
                              "its config.yaml in fields that change the run (refused by default)")

@@ -6,8 +6,13 @@ Keras' progress bar redraws one line with carriage returns and ANSI codes, which
 updates (update, epoch, the running training metrics, updates/s) and one at the end of each
 epoch with the epoch's training and validation metrics, e.g.::
 
-    update 200/2000  epoch 2/20  loss 5.1234  perplexity 212.4  accuracy 0.1830  lr 1.2e-03  1.9 updates/s
+    update 200/2000  epoch 2/20  loss 5.1234  perplexity 212.4  accuracy 0.1830  lr 1.20e-03  1.90 updates/s
+        8,406 tgt tokens/s  ETA 16 min      (one line in the log)
     epoch 2/20 (update 200, epoch end 2.4 s): loss 5.0982  perplexity 207.1  accuracy 0.1852  val_loss 4.8810 ...
+
+The learning rate is the schedule's at the update; updates/s and target tokens/s are over the
+interval since the previous line; the ETA is to the run's last update at the pace of this
+sitting so far (early stopping or a time budget may end it sooner).
 
 "epoch end" is the time from the epoch's last update to its line: the validation pass and the
 epoch-end work of the callbacks before this one (validation BLEU, checkpoints, backups). It is
@@ -44,6 +49,14 @@ def _fmt(name: str, value) -> str:
     return f"{name} {v:.4f}" if abs(v) < 1e4 else f"{name} {v:.4g}"
 
 
+def _eta(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+
+
 class ProgressLines(keras.callbacks.Callback):
     """One plain line every ``every_steps`` updates and one per epoch (see the module doc).
 
@@ -65,12 +78,22 @@ class ProgressLines(keras.callbacks.Callback):
         self._epoch = 0
         self._last_logged = None
         self._mark = None
+        self._start = None  # (time, step) of this sitting's first fit call
         self._last_update_at = None
+
+    def _tokens(self) -> Optional[float]:
+        seen = getattr(self.model, "target_tokens_seen", None)
+        try:
+            return float(seen()) if seen is not None else None
+        except (AttributeError, TypeError, ValueError):  # not built yet, or not our training model
+            return None
 
     def on_train_begin(self, logs=None):
         step = current_step(self.model)
         self._last_logged = step
-        self._mark = (time.perf_counter(), step)
+        self._mark = (time.perf_counter(), step, self._tokens())
+        if self._start is None:
+            self._start = self._mark
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch + 1
@@ -82,11 +105,24 @@ class ProgressLines(keras.callbacks.Callback):
         if step == self._last_logged or step % self.every_steps:
             return
         self._last_logged = step
-        rate = (step - self._mark[1]) / max(now - self._mark[0], 1e-9)
-        self._mark = (now, step)
-        metrics = "  ".join(_fmt(k, v) for k, v in (logs or {}).items())
-        self.write(f"update {step:,}/{self.total_steps:,}  epoch {self._epoch}/{self.epochs}  {metrics}  "
-                   f"{rate:.2f} updates/s")
+        then, then_step, then_tokens = self._mark
+        seconds = max(now - then, 1e-9)
+        rate = (step - then_step) / seconds
+        tokens = self._tokens()
+        self._mark = (now, step, tokens)
+        metrics = "  ".join(_fmt(k, v) for k, v in (logs or {}).items() if k not in ("learning_rate", "lr"))
+        parts = [f"update {step:,}/{self.total_steps:,}", f"epoch {self._epoch}/{self.epochs}", metrics]
+        try:
+            parts.append(_fmt("lr", keras.ops.convert_to_numpy(self.model.optimizer.learning_rate)))
+        except (AttributeError, TypeError, ValueError):
+            pass
+        parts.append(f"{rate:.2f} updates/s")
+        if tokens is not None and then_tokens is not None:
+            parts.append(f"{(tokens - then_tokens) / seconds:,.0f} tgt tokens/s")
+        pace = (step - self._start[1]) / max(now - self._start[0], 1e-9)
+        if pace > 0 and step < self.total_steps:
+            parts.append(f"ETA {_eta((self.total_steps - step) / pace)}")
+        self.write("  ".join(p for p in parts if p))
 
     def on_epoch_end(self, epoch, logs=None):
         ended = ""

@@ -65,3 +65,16 @@ def test_average_errors(tmp_path):
         average_run(tmp_path)
     with pytest.raises(UserError, match="no checkpoints"):
         average_checkpoints(None, [])
+    # a wrong output name is refused before any checkpoint is read
+    _write_run(tmp_path, steps=(7,))
+    read = []
+    import tf_transformer.training.averaging as averaging
+
+    original = averaging.average_checkpoints
+    averaging.average_checkpoints = lambda *a, **k: read.append(a) or original(*a, **k)
+    try:
+        with pytest.raises(UserError, match=r"output .*x\.h5: expected a name ending in \.keras or \.weights\.h5"):
+            average_run(tmp_path, output=tmp_path / "x.h5")
+    finally:
+        averaging.average_checkpoints = original
+    assert read == []

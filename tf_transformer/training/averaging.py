@@ -57,6 +57,9 @@ def average_run(model_dir, last: Optional[int] = None, output=None, progress=Non
     last = int(last or cfg.train.average_last)
     if last < 1:
         raise UserError(f"last={last}: must be >= 1")
+    output = Path(output) if output else model_dir / "averaged.keras"
+    if not (str(output).endswith(".weights.h5") or output.suffix == ".keras"):  # before reading any checkpoint
+        raise UserError(f"output {output}: expected a name ending in .keras or .weights.h5")
     found = list_checkpoints(model_dir / "checkpoints")
     if not found:
         raise UserError(f"no checkpoints (ckpt-<step>.weights.h5) in {model_dir / 'checkpoints'}")
@@ -66,13 +69,10 @@ def average_run(model_dir, last: Optional[int] = None, output=None, progress=Non
     model = Transformer.from_config_section(cfg.model)
     model.build()
     average_checkpoints(model, [p for _, p in chosen], progress)
-    output = Path(output) if output else model_dir / "averaged.keras"
     if str(output).endswith(".weights.h5"):
         save_weights(model, output)
-    elif output.suffix == ".keras":
-        save_model(model, output)
     else:
-        raise UserError(f"output {output}: expected a name ending in .keras or .weights.h5")
+        save_model(model, output)
     steps = [s for s, _ in chosen]
     return {
         "output": output, "count": len(chosen), "steps": steps, "seconds": time.time() - start,

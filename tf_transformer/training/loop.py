@@ -265,8 +265,8 @@ def train(
     try:
         log = beat.say
         beat.phase("checking the run directory and the vocabulary")
-        run = _setup(config, model_dir, strategy, tokenizer, train_data is None or valid_data is None, log,
-                     allow_config_change)
+        own_splits = [split for split, given in (("train", train_data), ("valid", valid_data)) if given is None]
+        run = _setup(config, model_dir, strategy, tokenizer, bool(own_splits), log, allow_config_change, own_splits)
         beat.phase("counting the training data")
         train_fn, valid_fn, validation_steps = _data(run, train_data, valid_data)
         beat.phase("building the model and restoring its backup")
@@ -340,10 +340,13 @@ class _Callbacks:
 
 
 def _setup(config: Config, model_dir, strategy, tokenizer, need_tokenizer: bool, log,
-           allow_config_change: bool = False) -> _Run:
+           allow_config_change: bool = False, own_splits=()) -> _Run:
     """Copy and resolve the config (model directory, vocabulary, strategy), check the run
-    directory (room, write access, the contract with a run already there), seed Keras."""
+    directory (room, write access, the contract with a run already there), seed Keras.
+    ``own_splits``: the splits read from the config's data, whose files are checked to be
+    given and found before a vocabulary is built from them."""
     from tf_transformer.data import resolve_vocabulary
+    from tf_transformer.data.sources import split_file_pairs
 
     cfg = copy.deepcopy(config)
     if model_dir is not None:
@@ -357,6 +360,9 @@ def _setup(config: Config, model_dir, strategy, tokenizer, need_tokenizer: bool,
                           "clock would stop it at a different step; set train.train_steps instead")
     own_dir = model_dir if info.is_chief else model_dir / "workers" / info.name
     cfg.validate(require_vocab=False)
+    if cfg.data.source in ("text", "multi30k"):
+        for split in own_splits:  # a missing valid_source said now, not after a vocabulary is built
+            split_file_pairs(cfg.data, split)
     if info.is_chief:
         rundir.check_room(cfg, model_dir)
     if tokenizer is not None or need_tokenizer:

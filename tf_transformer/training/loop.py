@@ -292,7 +292,10 @@ def train(
             result = _save(run, trainer, steps, history, stopped, start_step, vocab_copy)
         except BaseException as e:
             if sitting is not None:
-                _end_sitting(sitting, trainer, steps, f"error ({type(e).__name__})", run.log)
+                # a second Ctrl-C (the first asked for a clean stop) ends the sitting at once: still
+                # an interruption, not an error
+                why = "SIGINT" if isinstance(e, KeyboardInterrupt) else f"error ({type(e).__name__})"
+                _end_sitting(sitting, trainer, steps, why, run.log)
             raise
         if sitting is not None:
             reached = result.final_step >= run.cfg.train.train_steps

@@ -75,8 +75,10 @@ def test_tiny_model_overfits_reverse_task(tmp_path):
     np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded((src, tin))),
                                keras.ops.convert_to_numpy(result.model((src, tin))), atol=1e-5)
     # running again after the end does no training
-    again = train(cfg, train_data=dataset_fn(batches), valid_data=False, verbose=0)
+    said = []
+    again = train(cfg, train_data=dataset_fn(batches), valid_data=False, verbose=0, log=said.append)
     assert again.start_step == again.final_step == 300
+    assert any("is at train.train_steps=300: nothing to train" in line for line in said), said
     # without the backup, starting over in the same directory is refused (nothing overwritten)
     import shutil
 

@@ -276,6 +276,9 @@ def train(
                             f"{run.cfg.train.train_steps}: nothing to train, and the run is left as it is (its "
                             f"model: {run.model_dir / MODEL_FILE}); raise train.train_steps to train further")
         _announce(run, trainer, backup, start_step)
+        if start_step and start_step == run.cfg.train.train_steps:
+            run.log(f"train: {run.model_dir} is at train.train_steps={start_step}: nothing to train; its final files "
+                    "are written again (raise train.train_steps to train further)")
         beat.phase("writing the run's inputs" + ("" if start_step else " and the step-0 backup"))
         vocab_copy = _write_inputs(run)
         if start_step == 0:  # every worker (each into its own directory), as the later backups

@@ -234,3 +234,20 @@ def test_a_reader_that_leaves_early_gets_no_error(tmp_path):
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 141
     assert err == "", err
+
+
+def test_an_open_sitting_without_evaluations_is_paced_by_its_backups(tmp_path):
+    """No BLEU evaluations to time: the pace is the sitting's own, from its start to its newest
+    backup (it used to give no outlook at all)."""
+    import datetime
+    import platform
+
+    run = make_run(tmp_path, backup_step=1_000, evaluations=(), max_minutes=None)
+    sitting(run, 400)  # open, started now, at update 400
+    stamp = run_status(run)["sittings"][-1]["started"]
+    started = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
+    status = run_status(run, now=started.timestamp() + 600)
+    status["backup_age_seconds"] = 0.0  # the backup of update 1,000 is 600 s into the sitting: 1 update/s
+    text = run_state(status, node=platform.node(), alive=lambda pid, started: True)
+    assert text.endswith("1.00 updates/s over this sitting so far, update 8,000 in about 1 h 57 min at that pace "
+                         "(unless early stopping or a time budget ends it first)"), text

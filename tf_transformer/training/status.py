@@ -126,6 +126,8 @@ def pace(evaluations: list[dict], last: int = 5) -> Optional[float]:
 
 
 def _duration(seconds: float) -> str:
+    if seconds < 30:
+        return "a minute or less"
     minutes = round(seconds / 60.0)
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
@@ -146,12 +148,20 @@ def _outlook(status: dict, sitting: dict) -> str:
     The budget counts from the start of the sitting's training loop, a little after the
     sitting's recorded start, so its end is given as "about"."""
     step, total, budget = status["backup_step"], status["train_steps"], status.get("max_minutes")
-    rate = pace(status["evaluations"])
-    if not rate or not total or step is None or step >= total:
-        return ""
-    head = f"; {rate:.2f} updates/s over the last evaluations"
     started = stamp_seconds(sitting.get("started"))
     age = status.get("backup_age_seconds") or 0.0  # the run has trained on since its newest backup
+    rate = pace(status["evaluations"])
+    head = f"; {rate:.2f} updates/s over the last evaluations" if rate else ""
+    first = sitting.get("start_step")
+    if not rate and started is not None and first is not None and step is not None and step > first:
+        # no evaluations to time: the sitting's own pace, from its start to its newest backup
+        # (start-up included, so a little slow)
+        seconds = (status.get("now") or time.time()) - age - started
+        if seconds > 0:
+            rate = (step - first) / seconds
+            head = f"; {rate:.2f} updates/s over this sitting so far"
+    if not rate or not total or step is None or step >= total:
+        return ""
     to_limit = (total - step) / rate - age
     if budget and started is not None:
         end = started + float(budget) * 60.0

@@ -58,7 +58,8 @@ def test_status_lines_of_a_run(tmp_path):
     assert ("validation: 4 evaluations, the latest at update 400: val_bleu 32.90, val_loss 1.600; best val_bleu "
             "33.5 at update 200, 2 evaluations since (early stopping after 10)") in lines[2]
     assert lines[3] == "  checkpoints: 3 kept, updates 200-400; best weights of update 200 in best/"
-    assert lines[4].startswith("  sittings: 1 sitting: 1. ") and "updates 0-600, 10.00 updates/s" in lines[4]
+    assert lines[4].startswith("  backup: update 600 (where a rerun resumes), written ") and lines[4].endswith(" ago")
+    assert lines[5].startswith("  sittings: 1 sitting: 1. ") and "updates 0-600, 10.00 updates/s" in lines[5]
 
 
 def test_a_budget_stop_says_the_minutes_so_far_and_that_the_budget_is_per_sitting(tmp_path):

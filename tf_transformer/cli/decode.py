@@ -36,16 +36,17 @@ environment:
 """
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, engines: bool = False) -> None:
-    """``--model`` (a run directory or a ``.keras`` file) and ``--vocab``."""
+def add_model_arguments(parser: argparse.ArgumentParser, engines: bool = False, config: bool = True) -> None:
+    """``--model`` (a run directory or a ``.keras`` file) and ``--vocab``; ``engines``: the command
+    has ``--engine``; ``config``: it has ``--config`` (whose ``data.vocab_model`` is a default)."""
     ct2 = ("; with --engine ctranslate2, the directory written by tft export --format ctranslate2" if engines else "")
     parser.add_argument("--model", required=True, metavar="RUN_DIR_OR_KERAS",
                         help="a run directory of tft train (its model.keras) or a .keras file (model.keras, "
                              "averaged.keras)" + ct2)
     parser.add_argument("--vocab", default=None, metavar="SPM_MODEL",
                         help="the SentencePiece .model used in training (default: vocab.model of the model's run "
-                             "directory, else data.vocab_model of --config; with --engine ctranslate2, the copy "
-                             "inside the export)")
+                             "directory" + (", else data.vocab_model of --config" if config else "")
+                             + ("; with --engine ctranslate2, the copy inside the export" if engines else "") + ")")
 
 
 def add_decode_arguments(parser: argparse.ArgumentParser) -> None:

@@ -31,7 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     from tf_transformer.cli.decode import add_model_arguments
 
     parser.epilog = EPILOG
-    add_model_arguments(parser)
+    add_model_arguments(parser, config=False)
     parser.add_argument("--sentence", required=True, help="source sentence")
     parser.add_argument("--target",
                         help="target sentence for decoder/cross attention (default: the model's greedy translation)")

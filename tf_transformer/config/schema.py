@@ -51,9 +51,9 @@ class ModelConfig:
     key_dim: Optional[int] = None
     value_dim: Optional[int] = None
     d_ff: int = 2048
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    relu_dropout: float = 0.0
+    dropout: float = 0.1  # P_drop: on each sublayer's output and on embeddings + positions
+    attention_dropout: float = 0.0  # on the attention weights (not in the paper; tensor2tensor's option)
+    relu_dropout: float = 0.0  # inside the FFN, after the ReLU (not in the paper; tensor2tensor's option)
     position_encoding: str = "sinusoidal"  # or "learned" (Table 3 row E)
     max_length: int = 512  # rows of the learned position table; sinusoids have no limit
     layer_norm_epsilon: float = 1e-6
@@ -70,7 +70,7 @@ class ModelConfig:
     # and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)), PyTorch's nn.Linear default, which fairseq's
     # FFN keeps (about a third of Glorot's output scale at d_ff = 2 d_model)
     ffn_init: str = "glorot_uniform"
-    pad_id: int = 0
+    pad_id: int = 0  # the vocabulary's padding id (ours: 0); padded positions are masked everywhere
 
     def resolved(self) -> "ModelConfig":
         """A copy with ``key_dim``/``value_dim`` filled in."""
@@ -130,7 +130,8 @@ class DataConfig:
     """Where the parallel text comes from and how it is batched (paper section 5.1).
 
     ``source``: ``multi30k`` (the bundled copy), ``text`` (plain parallel files, .txt or
-    .gz) or ``tfds`` (a TFDS translation dataset such as ``wmt14_translate/de-en``).
+    .gz), ``tfds`` (a TFDS translation dataset such as ``wmt14_translate/de-en``) or
+    ``prepared`` (the tokenized TFRecord shards ``tft prepare`` wrote, in ``prepared_dir``).
     The language direction is ``source_lang`` -> ``target_lang`` (for TFDS these are the
     feature keys, for Multi30k ``en``/``de`` in either order).
     Details of every field: ``tf_transformer/data/`` (sources.py, batching.py, tokenizer.py).
@@ -154,6 +155,8 @@ class DataConfig:
     # TFDS (source == "tfds")
     tfds_name: Optional[str] = None
     tfds_data_dir: Optional[str] = None
+    # the dataset's split names (TFDS slicing allowed, e.g. "train[:10%]") behind our train /
+    # valid / test
     tfds_train_split: str = "train"
     tfds_valid_split: str = "validation"
     tfds_test_split: str = "test"
@@ -162,8 +165,8 @@ class DataConfig:
     # ids pad=0 unk=1 bos=2 eos=3
     vocab_model: Optional[str] = None  # SentencePiece .model file
     vocab_size: int = 8000
-    vocab_model_type: str = "bpe"
-    vocab_character_coverage: float = 1.0
+    vocab_model_type: str = "bpe"  # SentencePiece's model_type: bpe, unigram, char or word
+    vocab_character_coverage: float = 1.0  # share of characters covered (SentencePiece's; 1.0: all)
     vocab_input_sentence_size: int = 2_000_000  # sentences sampled (with data.seed); 0 = all
     # true: capitalised words are lowercased after a case marker (⇧ first letter, ⇪ all
     # letters) before SentencePiece sees them, and the case is restored after decoding
@@ -283,7 +286,7 @@ class TrainConfig:
     adam_beta_2: float = 0.98
     adam_epsilon: float = 1e-9
     label_smoothing: float = 0.1
-    clip_norm: Optional[float] = None
+    clip_norm: Optional[float] = None  # clip the global gradient norm to this; None = no clipping (the paper)
     tokens_per_update: Optional[int] = None  # gradient accumulation target (target tokens)
     checkpoint_every_minutes: float = 10.0
     keep_checkpoints: int = 20
@@ -291,7 +294,7 @@ class TrainConfig:
     backup_every_steps: Optional[int] = None  # resumable backup every N updates; None = every epoch
     model_dir: str = "runs/default"
     strategy: str = "auto"  # auto | default | mirrored | multiworker
-    mixed_precision: Optional[str] = None  # None | mixed_float16 | mixed_bfloat16 | auto (bf16 where native)
+    mixed_precision: Optional[str] = None  # None = float32 | mixed_float16 | mixed_bfloat16 | auto (bf16 where native)
     jit_compile: bool = False
     validation_steps: Optional[int] = None  # None = whole validation set
     max_minutes: Optional[float] = None  # wall-clock budget of each sitting (a resume starts it afresh)

@@ -30,6 +30,8 @@ MAY_DIFFER = frozenset({
     "train.average_last",  # read by tft average only
     "train.model_dir", "data.vocab_model",  # locations (the vocabulary is compared by checksum)
     "data.stats_pass", "data.cache", "data.tfds_data_dir", "data.tfds_download",  # logging / speed / where
+    "data.stats_cache", "data.stats_cache_dir",  # where the corpus statistics are cached
+    "train.log_every_steps", "train.tensorboard_every_steps",  # what gets printed and logged
     "train.strategy",  # resolved to the machine at hand; the exact stream needs the same replica count
 })
 #: Whole sections that may differ (decoding settings are not used by training; its

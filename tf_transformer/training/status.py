@@ -261,6 +261,9 @@ def describe_status(status: dict, **state_kwargs) -> str:
     if kept:
         lines.append(f"  checkpoints: {len(kept)} kept, updates {kept[0]:,}-{kept[-1]:,}"
                      + (f"; best weights of update {_best_kept(status):,} in best/" if status["best"] else ""))
+    if status["backup_step"] is not None:
+        lines.append(f"  backup: update {status['backup_step']:,} (where a rerun resumes), written "
+                     f"{_ago(status['backup_age_seconds'])}")
     if status["model_written"]:
         lines.append(f"  model: {MODEL_FILE} written {_ago(status['model_age_seconds'])}")
     lines.append(f"  sittings: {describe_sittings(status['sittings'])}")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Our Transformer's training step on a lent H200, under JAX (the machine has no TensorFlow).
 #
-# The device machine (see NOTES.md "The lent GPU machine") has Python 3.12 with JAX + CUDA,
+# The lent GPU machine has Python 3.12 with JAX + CUDA,
 # numpy, h5py, absl-py, ml-dtypes, rich, pyyaml, but not Keras and two of its small needs.
 # Their wheels (~3 MB) travel with the working tree through the device tool's `carry`:
 #

@@ -194,9 +194,9 @@ def test_own_datasets_in_tuner_search_as_functions(tiny, tmp_path):
     from tf_transformer.errors import UserError
 
     cfg = tiny["config"]
-    space = SearchSpace(num_heads=(2,), num_layers=(1,), d_ff=(32,), dropout=(0.0,))
+    space = SearchSpace(num_heads=(2, 4), num_layers=(1,), d_ff=(32,), dropout=(0.0,))
     hm = TransformerHyperModel(cfg, space, vocab_dir=tmp_path, verbose=0, log=lambda m: None)
-    tok = Tokenizer(hm.prepare().model_proto)
+    tok = Tokenizer(hm.prepare().model_proto)  # made once, before the trials: it remakes its graph side
     made = []
 
     def train():
@@ -210,7 +210,9 @@ def test_own_datasets_in_tuner_search_as_functions(tiny, tmp_path):
                             project_name="own")
     tuner.search(train, validation_data=valid, epochs=1, steps_per_epoch=2)
     trials = list(tuner.oracle.trials.values())
-    assert [str(t.status) for t in trials] == ["COMPLETED"] and made == ["train"]  # one point in the space
+    # two trials, each after a clear_session: both complete (the second failed with the tokenizer's
+    # SentencePiece resource gone), each with datasets of its own
+    assert [str(t.status) for t in trials] == ["COMPLETED", "COMPLETED"] and made == ["train", "train"]
     assert trials[0].metrics.get_last_value("epochs") == 1.0
 
     stale = make_dataset(hm.config.data, "train", tok, verbose=False)
@@ -239,3 +241,30 @@ def test_tune_flags_are_checked_before_tensorflow_is_imported(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert out.stdout.split() == ["2", "False"], out.stdout + out.stderr[-2000:]
     assert "search space num_heads=3 does not divide model.d_model=256" in out.stderr
+
+
+def test_a_failed_trial_is_never_the_best(tiny, tmp_path, capsys):
+    """Keras Tuner's get_best_trials returns failed trials when none completed: the table starred
+    one and tft tune crashed formatting its missing objective. Empty validation files are now
+    refused before the search."""
+    import types
+
+    from tf_transformer.tuning.search import best_trial
+
+    def trial(tid, status, score):
+        return types.SimpleNamespace(trial_id=tid, status=status, score=score)
+
+    failed, done = trial("00", "FAILED", None), trial("01", "COMPLETED", 4.2)
+    for trials, expected in (([failed], None), ([failed, done], done), ([done, failed], done)):
+        oracle = types.SimpleNamespace(trials={t.trial_id: t for t in trials}, get_best_trials=lambda n, ts=trials: ts)
+        assert best_trial(types.SimpleNamespace(oracle=oracle)) is expected
+    for lang in ("en", "de"):
+        (tmp_path / f"empty.{lang}").write_text("")
+    args = ["tune", "--config", "multi30k_small", *sum((["--set", o] for o in tiny["overrides"]), []),
+            "--set", f"data.valid_source={tmp_path / 'empty.en'}",
+            "--set", f"data.valid_target={tmp_path / 'empty.de'}",
+            "--output", str(tmp_path / "t"), "--max-trials", "1", "--steps-per-trial", "1", "--verbose", "0"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "empty.{en,de}: no validation pairs" in err and "Traceback" not in err, err
+    assert not (tmp_path / "t" / "random").exists()

@@ -66,6 +66,20 @@ LOWERCASE_MARK = "+lowercase"
 PAD_PIECE, UNK_PIECE, BOS_PIECE, EOS_PIECE = "<pad>", "<unk>", "<s>", "</s>"
 
 
+def _keras_session():
+    """An object that ``keras.backend.clear_session()`` replaces (Keras' global state tracker), or
+    ``None`` where Keras is not loaded or keeps it elsewhere."""
+    import sys
+
+    if "keras" not in sys.modules:
+        return None
+    try:
+        from keras.src.backend.common import global_state
+    except ImportError:
+        return None
+    return getattr(global_state, "GLOBAL_STATE_TRACKER", None)
+
+
 class Tokenizer:
     """A SentencePiece model with the ids above, usable in Python and in TF graphs.
 
@@ -119,6 +133,7 @@ class Tokenizer:
             )
         self.model_proto: bytes = proto
         self._tf_tokenizer = None
+        self._tf_session = None  # the Keras session the graph tokenizer was made in
         from tf_transformer.data.case_markup import PIECES
 
         # a case-markup vocabulary: its markers are the pieces right after the special ids
@@ -210,8 +225,13 @@ class Tokenizer:
     # -- graph side ------------------------------------------------------------------
     @property
     def tf_tokenizer(self):
-        """The underlying ``tensorflow_text.SentencepieceTokenizer`` (int32 ids)."""
-        if self._tf_tokenizer is None:
+        """The underlying ``tensorflow_text.SentencepieceTokenizer`` (int32 ids).
+
+        Made again after ``keras.backend.clear_session()`` (Keras Tuner calls it before every
+        trial): that clears TensorFlow's kernel cache, which holds the SentencePiece resource,
+        and a dataset made afterwards with the old one fails with ``NotFoundError``."""
+        session = _keras_session()
+        if self._tf_tokenizer is None or session is not self._tf_session:
             import tensorflow as tf
             import tensorflow_text as tf_text
 
@@ -219,6 +239,7 @@ class Tokenizer:
                 self._tf_tokenizer = tf_text.SentencepieceTokenizer(
                     model=self.model_proto, out_type=tf.int32
                 )
+            self._tf_session = session
         return self._tf_tokenizer
 
     def tokenize(self, texts):

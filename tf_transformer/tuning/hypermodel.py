@@ -32,7 +32,8 @@ What a trial is:
   (``lambda: make_dataset(cfg.data, "train", tok)``) when they tokenize in the graph, as
   ``make_dataset`` does: Keras Tuner clears the Keras session before each trial, which
   destroys the SentencePiece resource a dataset made beforehand holds. A function is called
-  once per trial.
+  once per trial (our :class:`~tf_transformer.data.Tokenizer` remakes its graph side after a
+  ``clear_session``; another tokenizer with TensorFlow resources is best made inside it).
 * It returns the epoch with the best objective (last epoch for BLEU) as a dict:
   ``val_loss`` (label-smoothed validation loss per token: the default objective),
   ``val_perplexity`` (unsmoothed), ``val_accuracy``, ``loss``, and besides ``params``,

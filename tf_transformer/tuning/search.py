@@ -166,16 +166,22 @@ def format_csv(rows) -> str:
     return out.getvalue()
 
 
+def best_trial(tuner):
+    """The best *completed* trial with a score, or ``None`` (Keras Tuner's ``get_best_trials`` also
+    returns failed trials when no trial completed)."""
+    try:
+        trials = tuner.oracle.get_best_trials(max(1, len(tuner.oracle.trials)))
+    except Exception:  # noqa: BLE001 (no trial yet)
+        return None
+    return next((t for t in trials if t.score is not None and str(t.status) == "COMPLETED"), None)
+
+
 def write_results(tuner, output_dir, title: str = "") -> tuple[Path, Path, list]:
     """Write ``results.md`` and ``results.csv`` for ``tuner``'s trials; returns the paths and rows."""
     output_dir = Path(output_dir)
     rows = trial_rows(tuner)
-    best = None
-    try:
-        best_trials = tuner.oracle.get_best_trials(1)
-        best = trial_number(best_trials[0].trial_id) if best_trials else None
-    except Exception:  # no completed trial yet
-        best = None
+    trial = best_trial(tuner)
+    best = trial_number(trial.trial_id) if trial is not None else None
     md, csv_path = output_dir / "results.md", output_dir / "results.csv"
     atomic_write(md, format_markdown(rows, tuner.oracle.objective.name, best, title))
     atomic_write(csv_path, format_csv(rows))
@@ -294,6 +300,7 @@ def run_search(config: Config, output_dir, *, algorithm: str = "random", max_tri
                                        max_minutes=minutes_per_trial, objective=objective, bleu=bleu,
                                        bleu_sentences=bleu_sentences, verbose=verbose, log=log)
     hypermodel.prepare()
+    hypermodel.validation_steps_for(hypermodel.config, strategy)  # an empty validation split: said now, once
     space = hypermodel.search_space
     identity = {"algorithm": algorithm, "objective": objective, "search_space": dataclasses.asdict(space),
                 "steps_per_trial": steps_per_trial, "steps_per_epoch": steps_per_epoch,
@@ -321,10 +328,11 @@ def run_search(config: Config, output_dir, *, algorithm: str = "random", max_tri
                                            f"{config.name or 'config'}")
     best_config = None
     best_row = None
-    best_hps = tuner.get_best_hyperparameters(1)
-    if best_hps:
-        best_config = write_best_config(hypermodel, best_hps[0], output_dir / "best_config.yaml")
-        best_id = trial_number(tuner.oracle.get_best_trials(1)[0].trial_id)
-        best_row = next((r for r in rows if r["trial"] == best_id), None)
+    best = best_trial(tuner)
+    if best is not None:
+        best_config = write_best_config(hypermodel, best.hyperparameters, output_dir / "best_config.yaml")
+        best_row = next((r for r in rows if r["trial"] == trial_number(best.trial_id)), None)
+    elif rows:
+        log(f"tune: no trial completed (of {len(rows)}; their errors are above): no best_config.yaml")
     return SearchResult(tuner=tuner, rows=rows, results_md=md, results_csv=csv_path, best_config=best_config,
                         best=best_row)

@@ -619,9 +619,12 @@ def _fit(run: _Run, trainer: TrainingModel, steps: _Callbacks, train_fn, valid_f
     train_ds = (continuing_stream(distribute(run.strategy, _stream(train_fn, cb.current_step(trainer) * run.k)))
                 if plan else None)
     for initial_epoch, epochs, updates in plan:
-        h = trainer.fit(train_ds, epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=updates * run.k,
-                        validation_data=valid_ds, validation_steps=validation_steps, shuffle=False,
-                        callbacks=steps.all + lines, verbose=verbose)
+        try:
+            h = trainer.fit(train_ds, epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=updates * run.k,
+                            validation_data=valid_ds, validation_steps=validation_steps, shuffle=False,
+                            callbacks=steps.all + lines, verbose=verbose)
+        except tf.errors.DataLossError as e:  # a damaged file read in the middle of training
+            raise _damaged_data(run.cfg, e) from None
         for key, values in h.history.items():
             history.setdefault(key, []).extend(float(np.asarray(v).reshape(-1)[0]) for v in values)
         if steps.budget is not None and steps.budget.stopped:
@@ -635,6 +638,19 @@ def _fit(run: _Run, trainer: TrainingModel, steps: _Callbacks, train_fn, valid_f
         if stopped:
             break
     return history, stopped
+
+
+def _damaged_data(cfg: Config, error) -> DataError:
+    """TensorFlow's ``DataLossError`` (a corrupted or cut record or gzip stream, found when read)
+    as a data error naming the data and what to do; TensorFlow's message names no file."""
+    from tf_transformer.data.sources import describe
+
+    detail = str(getattr(error, "message", error)).strip().splitlines()[0]
+    if cfg.data.source == "prepared":
+        return DataError(f"data.prepared_dir={cfg.data.prepared_dir}: a shard is damaged ({detail}); prepare the "
+                         "corpus again (tft prepare) or restore its files, then rerun to continue from the backup")
+    return DataError(f"{describe(cfg.data, 'train')}: a data file is damaged ({detail}); repair or replace it, "
+                     "then rerun to continue from the backup")
 
 
 def float32_copy(transformer):

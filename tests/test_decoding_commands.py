@@ -106,6 +106,9 @@ def test_cli_translate_reads_gzip_input_as_text(assets, tmp_path, capsys):
                      str(tmp_path / f"{name}.out")]) == 0
     plain, unzipped = ((tmp_path / f"{n}.out").read_text(encoding="utf-8") for n in ("in.txt", "in.txt.gz"))
     assert plain == unzipped and len(plain.splitlines()) == 2
+    # and an output named .gz is written compressed
+    assert main(["translate", *common, "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "o.gz")]) == 0
+    assert gzip.decompress((tmp_path / "o.gz").read_bytes()).decode("utf-8") == plain
     assert "invalid UTF-8" not in capsys.readouterr().err
     (tmp_path / "fake.gz").write_bytes(text)
     assert main(["translate", *common, "--input", str(tmp_path / "fake.gz")]) == 2

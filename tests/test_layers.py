@@ -416,6 +416,12 @@ def test_wrong_shapes_and_sizes_get_errors_that_name_them():
         MultiHeadAttention(4, 8)(np.ones((2, 32), "float32"))
     with pytest.raises(ValueError, match=r"\[batch, length, features\].*\(5, 32\)"):
         EncoderLayer(4, 8, d_ff=16)(np.ones((5, 32), "float32"))
+    for kwargs, message in (({"num_heads": 0, "key_dim": 4}, "num_heads=0 must be >= 1"),
+                            ({"num_heads": 2, "key_dim": 0}, "key_dim=0 must be >= 1"),
+                            ({"num_heads": -1, "key_dim": 4}, "num_heads=-1 must be >= 1"),
+                            ({"num_heads": 2, "key_dim": 4, "dropout": 1.0}, r"dropout=1.0 must be in \[0, 1\)")):
+        with pytest.raises(ValueError, match=message):
+            MultiHeadAttention(**kwargs)
     mha = MultiHeadAttention(4, 8)
     mha(np.ones((1, 2, 32), "float32"))
     with pytest.raises(ValueError, match="query has 16 features but the layer was built for 32"):

@@ -166,3 +166,8 @@ def test_export_json_records_every_version_and_the_served_one(assets, tmp_path, 
     assert list(info["versions"]) == ["1", "2"]
     assert [info["versions"][v]["decode"]["beam_size"] for v in ("1", "2")] == [2, 1]
     assert info["versions"]["2"]["model"] == assets[0]
+    # a version folder that export.json does not record (an older export) still counts for served
+    (out / "7").mkdir()
+    assert main(base + ["--version", "3", "--beam", "1"]) == 0
+    info = json.loads((out / "export.json").read_text())
+    assert info["served"] == 7 and list(info["versions"]) == ["1", "2", "3"]

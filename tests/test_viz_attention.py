@@ -90,6 +90,12 @@ def test_a_sentence_over_the_model_limit_is_plotted_cut_with_a_warning(tiny, cap
     out = capsys.readouterr()
     assert code == 0 and f"{model.max_length}x{model.max_length} tokens" in out.out
     assert f"--sentence has {n} tokens, more than the model limit of {model.max_length}" in out.err
+    code = main(["plot-attention", "--model", str(root / "m.keras"), "--vocab", str(root / "spm.model"),
+                 "--sentence", "a man.", "--target", sentence, "--attention", "cross", "--style", "heatmap",
+                 "--output", str(root / "long-target.png")])
+    out = capsys.readouterr()
+    assert code == 0 and f"{model.max_length}x" in out.out
+    assert f"--target has more tokens than the model limit of {model.max_length}" in out.err
 
 
 def test_demo_writes_both_attention_figures(tiny, tmp_path):

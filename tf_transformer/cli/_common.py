@@ -250,6 +250,22 @@ def read_text_lines(path: str, flag: str, command: str) -> list[str]:
     return lines
 
 
+def write_output_text(path: str, text: str, flag: str) -> None:
+    """``text`` to ``path`` atomically, gzip-compressed when the name ends in ``.gz`` (as inputs
+    ending in ``.gz`` are read); an error names the flag and the path."""
+    import gzip
+
+    from tf_transformer.io import atomic_write
+
+    data = text.encode("utf-8")
+    if path.endswith(".gz"):
+        data = gzip.compress(data, mtime=0)
+    try:
+        atomic_write(path, data)
+    except OSError as e:
+        raise UserError(f"{flag} {path}: cannot write it ({e.strerror})") from None
+
+
 def check_output_file(path: str | None, flag: str) -> None:
     """Refuse, before any work, an output file that cannot be written: an existing folder,
     a path under a file, or a folder without write permission (what would otherwise fail only
@@ -258,7 +274,8 @@ def check_output_file(path: str | None, flag: str) -> None:
         return
     target = os.path.abspath(path)
     if os.path.isdir(target):
-        raise UserError(f"{flag} {path}: a folder; give a file name (e.g. {os.path.join(path, 'out.txt')})")
+        example = os.path.join(path, "scores.json" if flag == "--json" else "out.txt")
+        raise UserError(f"{flag} {path}: a folder; give a file name (e.g. {example})")
     parent = os.path.dirname(target)
     while not os.path.exists(parent):  # the nearest existing ancestor: the folders below it will be made
         parent = os.path.dirname(parent)

@@ -15,9 +15,9 @@ from tf_transformer.cli._common import (
     flags,
     read_input_lines,
     resolve_run,
+    write_output_text,
 )
 from tf_transformer.errors import UserError
-from tf_transformer.io import atomic_write
 
 RULES = """\
 input rules:
@@ -279,10 +279,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         dest = "stdout"
     else:
-        try:
-            atomic_write(args.output, text)
-        except OSError as e:
-            raise UserError(f"--output {args.output}: cannot write it ({e.strerror})") from None
+        write_output_text(args.output, text, "--output")  # gzip when it ends in .gz
         dest = args.output
     seconds = time.time() - start
     rate = stats.decoded / seconds if seconds > 0 else 0.0

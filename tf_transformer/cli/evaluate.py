@@ -160,7 +160,9 @@ def run(args: argparse.Namespace) -> int:
             print(line)
     wrote = []
     if args.output:
-        _write(args.output, "".join(h + "\n" for h in hyps), "--output")
+        from tf_transformer.cli._common import write_output_text
+
+        write_output_text(args.output, "".join(h + "\n" for h in hyps), "--output")  # gzip when .gz
         wrote.append(f"hypotheses to {args.output}")
     if args.json:
         payload = {

@@ -71,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
     if pieces > int(model.max_length):
         print(f"tft plot-attention: warning: --sentence has {pieces} tokens, more than the model limit of "
               f"{model.max_length}: only its first {model.max_length} are plotted", file=sys.stderr)
+    if args.target is not None and len(tokenizer.encode([args.target])[0]) > int(model.max_length) - 1:
+        print(f"tft plot-attention: warning: --target has more tokens than the model limit of {model.max_length} "
+              f"(with <s>): only its first {int(model.max_length) - 1} are plotted", file=sys.stderr)
     weights, src, tgt = attention_for_sentence(model, tokenizer, args.sentence, args.target)
     layers = weights[NAMES[args.attention]]
     if not -len(layers) <= args.layer < len(layers):

@@ -159,6 +159,12 @@ class MultiHeadAttention(AttentionScoresSpec, keras.layers.Layer):
                  use_bias=False, kernel_initializer="glorot_uniform", output_kernel_initializer=None,
                  tie_query_key_init=False, **kwargs):
         super().__init__(**kwargs)
+        for name, value in (("num_heads", num_heads), ("key_dim", key_dim), ("value_dim", value_dim),
+                            ("output_dim", output_dim)):
+            if value is not None and int(value) < 1:
+                raise ValueError(f"{self.name}: {name}={value} must be >= 1")
+        if not 0.0 <= float(dropout) < 1.0:
+            raise ValueError(f"{self.name}: dropout={dropout} must be in [0, 1)")
         self.num_heads = int(num_heads)
         self.key_dim = int(key_dim)
         self.value_dim = int(value_dim) if value_dim is not None else self.key_dim

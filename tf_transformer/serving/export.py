@@ -158,7 +158,8 @@ def export_model(model, tokenizer, output_dir, version: int = 1, beam_size: int 
         str(ids_dir.relative_to(out)): ["translate_ids (serving_default)"],
     }
     info["versions"] = _versions(out, version, info)
-    info["served"] = max(int(v) for v in info["versions"])  # what TF Serving loads from DIR
+    # what TF Serving loads from DIR: the highest version folder there (of any export, recorded or not)
+    info["served"] = max(int(p.name) for p in out.iterdir() if p.name.isdigit() and p.is_dir())
     atomic_write(out / "export.json", json.dumps(info, indent=2) + "\n")
     written["info"] = str(out / "export.json")
     return written

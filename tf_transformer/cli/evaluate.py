@@ -9,7 +9,6 @@ import sys
 import time
 
 from tf_transformer.errors import UserError
-from tf_transformer.io import atomic_write
 
 METRICS_HELP = """\
 metrics:
@@ -79,7 +78,7 @@ def load_pairs(args, cfg):
 
 
 def run(args: argparse.Namespace) -> int:
-    from tf_transformer.cli._common import check_output_file
+    from tf_transformer.cli._common import check_output_file, write_output_text
     from tf_transformer.cli.decode import build_translator, decode_settings, describe
     from tf_transformer.decoding.translator import ProgressBar
     from tf_transformer.evaluation.bleu import (
@@ -160,8 +159,6 @@ def run(args: argparse.Namespace) -> int:
             print(line)
     wrote = []
     if args.output:
-        from tf_transformer.cli._common import write_output_text
-
         write_output_text(args.output, "".join(h + "\n" for h in hyps), "--output")  # gzip when .gz
         wrote.append(f"hypotheses to {args.output}")
     if args.json:
@@ -180,16 +177,9 @@ def run(args: argparse.Namespace) -> int:
             payload["scores"][k]["interval"] = i.as_dict()
         for k, c in (comparisons or {}).items():
             payload["scores"][k]["against_baseline"] = dict(c.as_dict(), file=args.baseline)
-        _write(args.json, json.dumps(payload, indent=2) + "\n", "--json")
+        write_output_text(args.json, json.dumps(payload, indent=2) + "\n", "--json")
         wrote.append(f"scores to {args.json}")
     where = "; wrote " + " and ".join(wrote) if wrote else ""
     print(f"tft evaluate: sacreBLEU {scores['sacrebleu'].score:.2f} on {len(sources):,} sentences of {what} "
           f"({describe(decode)}, {seconds:.1f} s){where}", file=sys.stderr)
     return 0
-
-
-def _write(path: str, text: str, flag: str) -> None:
-    try:
-        atomic_write(path, text)
-    except OSError as e:
-        raise UserError(f"{flag} {path}: cannot write it ({e.strerror})") from None

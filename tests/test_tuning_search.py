@@ -117,6 +117,12 @@ def test_tft_tune_random_two_trials(tiny, tmp_path, capsys, recwarn):
     assert _read_csv(out / "results.csv") == rows
     capsys.readouterr()
 
+    # the same space in another order is the same search
+    assert main(["tune", "--config", "multi30k_small", *sum((["--set", o] for o in tiny["overrides"]), []),
+                 "--output", str(out), "--max-trials", "2", "--steps-per-trial", "2", "--steps-per-epoch", "1",
+                 "--heads", "4,2", "--layers", "2,1", "--d-ff", "64,32", "--dropout", "0.1,0", "--bleu",
+                 "--bleu-sentences", "5", "--verbose", "0"]) == 0
+    capsys.readouterr()
     # rerunning with another space or config is refused before anything is rewritten (Keras Tuner
     # would reload the old trials and report a best trial outside the asked space)
     written = {p: p.read_bytes() for p in (out / "results.csv", out / "best_config.yaml")}

@@ -39,6 +39,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
@@ -266,9 +267,17 @@ def train(
         log = beat.say
         beat.phase("checking the run directory and the vocabulary")
         own_splits = [split for split, given in (("train", train_data), ("valid", valid_data)) if given is None]
-        run = _setup(config, model_dir, strategy, tokenizer, bool(own_splits), log, allow_config_change, own_splits)
-        beat.phase("counting the training data")
-        train_fn, valid_fn, validation_steps = _data(run, train_data, valid_data)
+        target = Path(model_dir if model_dir is not None else config.train.model_dir)
+        fresh = not target.exists()
+        try:
+            run = _setup(config, model_dir, strategy, tokenizer, bool(own_splits), log, allow_config_change,
+                         own_splits)
+            beat.phase("counting the training data")
+            train_fn, valid_fn, validation_steps = _data(run, train_data, valid_data)
+        except UserError:
+            if fresh and target.is_dir():  # made by this call (and at most a vocabulary built into it)
+                shutil.rmtree(target, ignore_errors=True)
+            raise
         beat.phase("building the model and restoring its backup")
         trainer, backup, start_step = _resume(run)
         if start_step > run.cfg.train.train_steps:  # before anything of the run is rewritten

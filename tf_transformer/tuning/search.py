@@ -302,7 +302,8 @@ def run_search(config: Config, output_dir, *, algorithm: str = "random", max_tri
     hypermodel.prepare()
     hypermodel.validation_steps_for(hypermodel.config, strategy)  # an empty validation split: said now, once
     space = hypermodel.search_space
-    identity = {"algorithm": algorithm, "objective": objective, "search_space": dataclasses.asdict(space),
+    identity = {"algorithm": algorithm, "objective": objective,  # a reordered value list is the same space
+                "search_space": {k: sorted(v) for k, v in dataclasses.asdict(space).items()},
                 "steps_per_trial": steps_per_trial, "steps_per_epoch": steps_per_epoch,
                 "minutes_per_trial": minutes_per_trial, "hyperband_factor": hyperband_factor,
                 "bleu": bleu, "bleu_sentences": bleu_sentences,

@@ -445,10 +445,23 @@ def test_progress_lines_when_stdout_is_not_a_terminal(monkeypatch):
     assert lines[2] == "update 6/10  epoch 2/3  loss 2.0000  lr 1.00e-03  0.16 updates/s  16 tgt tokens/s  ETA 14 s"
 
 
-def test_progress_eta_wording():
-    from tf_transformer.training.progress import _eta
+def test_progress_eta_wording_and_the_time_budget(monkeypatch):
+    import types
+
+    from tf_transformer.training.progress import ProgressLines, _eta
 
     assert [_eta(3.5), _eta(1000), _eta(9000)] == ["4 s", "17 min", "2 h 30 min"]
+    # 100,000 updates at 1/s would take a day; a 12-minute budget ends the sitting first
+    clock = [0.0]
+    monkeypatch.setattr("tf_transformer.training.progress.time.perf_counter", lambda: clock[0])
+    lines = []
+    progress = ProgressLines(100, 100_000, 1000, write=lines.append, max_minutes=12)
+    model = types.SimpleNamespace(optimizer=types.SimpleNamespace(iterations=np.int64(0), learning_rate=1e-3))
+    progress.set_model(model)
+    progress.on_train_begin()
+    clock[0], model.optimizer.iterations = 120.0, np.int64(100)
+    progress.on_train_batch_end(0, {})
+    assert lines[-1].endswith("ETA 10 min (train.max_minutes)"), lines
 
 
 def test_tensorflow_start_up_lines_are_filtered_and_nothing_else():

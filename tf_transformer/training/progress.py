@@ -12,7 +12,8 @@ epoch with the epoch's training and validation metrics, e.g.::
 
 The learning rate is the schedule's at the update; updates/s and target tokens/s are over the
 interval since the previous line; the ETA is to the run's last update at the pace of this
-sitting so far (early stopping or a time budget may end it sooner).
+sitting so far, or to the end of ``train.max_minutes`` when that comes first (marked so; early
+stopping may end the run sooner).
 
 "epoch end" is the time from the epoch's last update to its line: the validation pass and the
 epoch-end work of the callbacks before this one (validation BLEU, checkpoints, backups). It is
@@ -69,10 +70,11 @@ class ProgressLines(keras.callbacks.Callback):
     """
 
     def __init__(self, every_steps: int, total_steps: int, epochs: int,
-                 write: Optional[Callable[[str], None]] = None):
+                 write: Optional[Callable[[str], None]] = None, max_minutes: Optional[float] = None):
         super().__init__()
         self.every_steps = max(1, int(every_steps))
         self.total_steps = int(total_steps)
+        self.max_seconds = float(max_minutes) * 60.0 if max_minutes else None
         self.epochs = int(epochs)
         self.write = write or (lambda line: print(line, flush=True))
         self._epoch = 0
@@ -121,7 +123,12 @@ class ProgressLines(keras.callbacks.Callback):
             parts.append(f"{(tokens - then_tokens) / seconds:,.0f} tgt tokens/s")
         pace = (step - self._start[1]) / max(now - self._start[0], 1e-9)
         if pace > 0 and step < self.total_steps:
-            parts.append(f"ETA {_eta((self.total_steps - step) / pace)}")
+            left = (self.total_steps - step) / pace
+            if self.max_seconds is not None and self.max_seconds - (now - self._start[0]) < left:
+                # the sitting's time budget ends it first
+                parts.append(f"ETA {_eta(max(0.0, self.max_seconds - (now - self._start[0])))} (train.max_minutes)")
+            else:
+                parts.append(f"ETA {_eta(left)}")
         self.write("  ".join(p for p in parts if p))
 
     def on_epoch_end(self, epoch, logs=None):
@@ -143,7 +150,8 @@ def resolve_verbose(verbose, train_config, enabled: bool = True, stream=None) ->
     if not enabled:
         return 0, []
     epochs = -(-train_config.train_steps // train_config.steps_per_epoch)
-    return 0, [ProgressLines(train_config.log_every_steps, train_config.train_steps, epochs)]
+    return 0, [ProgressLines(train_config.log_every_steps, train_config.train_steps, epochs,
+                             max_minutes=train_config.max_minutes)]
 
 
 class FirstUpdateHeartbeat(keras.callbacks.Callback):

@@ -70,7 +70,7 @@ def language_of(reference: str, lang: str | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tf_transformer.cli._common import check_output_file, read_text_lines
+    from tf_transformer.cli._common import check_output_file, read_text_lines, write_output_text
     from tf_transformer.evaluation.bleu import METRICS, text_notes
     from tf_transformer.evaluation.degenerate import degenerate_outputs
     from tf_transformer.evaluation.significance import Scorer, format_comparisons, format_intervals
@@ -156,11 +156,6 @@ def run(args: argparse.Namespace) -> int:
     for name, signature in signatures.items():
         print(f"  {name}: {signature}")
     if args.json:
-        from tf_transformer.io import atomic_write
-
-        try:
-            atomic_write(args.json, json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
-        except OSError as e:
-            raise UserError(f"--json {args.json}: cannot write it ({e.strerror})") from None
+        write_output_text(args.json, json.dumps(payload, indent=2, ensure_ascii=False) + "\n", "--json")
         print(f"tft score: wrote {args.json}", file=sys.stderr)
     return 0

@@ -56,11 +56,12 @@ def vocabulary_digest(model_proto: bytes) -> str:
     return hashlib.sha256(model_proto).hexdigest()
 
 
-def _flatten(raw: dict, prefix: str = "") -> dict:
+def flatten_fields(raw: dict, prefix: str = "") -> dict:
+    """``{"train": {"seed": 1}}`` -> ``{"train.seed": 1}``: nested mappings as dotted field names."""
     out = {}
     for key, value in raw.items():
         if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
+            out.update(flatten_fields(value, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = value
     return out
@@ -72,8 +73,8 @@ def _show(value) -> str:
 
 def differences(old_cfg, new_cfg) -> list[tuple[str, str, str]]:
     """``[(field, old, new), ...]`` of the fields outside :data:`MAY_DIFFER` that differ."""
-    old = _flatten({"name": old_cfg.name, **old_cfg.to_dict()})
-    new = _flatten({"name": new_cfg.name, **new_cfg.to_dict()})
+    old = flatten_fields({"name": old_cfg.name, **old_cfg.to_dict()})
+    new = flatten_fields({"name": new_cfg.name, **new_cfg.to_dict()})
     found = []
     for field in sorted(set(old) | set(new)):
         if field in MAY_DIFFER or field.split(".", 1)[0] in MAY_DIFFER_SECTIONS:

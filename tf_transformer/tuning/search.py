@@ -37,6 +37,7 @@ import keras_tuner as kt
 
 from tf_transformer.config import Config, ConfigError
 from tf_transformer.io import atomic_write, say
+from tf_transformer.training.rundir import flatten_fields
 from tf_transformer.tuning.hypermodel import OBJECTIVES, SearchSpace, TransformerHyperModel, objective_for
 
 ALGORITHMS = ("random", "hyperband")
@@ -229,15 +230,6 @@ class SearchResult:
 SEARCH_FILE = "search-{algorithm}.json"
 
 
-def _flat(value, prefix=""):
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: value}
-
-
 def _check_same_search(output_dir: Path, algorithm: str, identity: dict, overwrite: bool) -> None:
     """Refuse to resume a project in ``output_dir`` that was searched with other settings (Keras
     Tuner would reload its finished trials and report a best trial from the old space)."""
@@ -246,10 +238,10 @@ def _check_same_search(output_dir: Path, algorithm: str, identity: dict, overwri
     if overwrite or not project.is_dir() or not recorded.is_file():
         return
     try:
-        old = _flat(json.loads(recorded.read_text(encoding="utf-8")))
+        old = flatten_fields(json.loads(recorded.read_text(encoding="utf-8")))
     except (OSError, ValueError) as e:
         raise ConfigError(f"{recorded}: not readable ({e}); use --overwrite to restart the search") from None
-    new = _flat(json.loads(json.dumps(identity)))
+    new = flatten_fields(json.loads(json.dumps(identity)))
     changed = [f"{k}: {old.get(k, '(unset)')!r} -> {new.get(k, '(unset)')!r}"
                for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if changed:

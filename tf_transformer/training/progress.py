@@ -121,12 +121,13 @@ class ProgressLines(keras.callbacks.Callback):
         parts.append(f"{rate:.2f} updates/s")
         if tokens is not None and then_tokens is not None:
             parts.append(f"{(tokens - then_tokens) / seconds:,.0f} tgt tokens/s")
-        pace = (step - self._start[1]) / max(now - self._start[0], 1e-9)
+        elapsed = now - self._start[0]
+        pace = (step - self._start[1]) / max(elapsed, 1e-9)
         if pace > 0 and step < self.total_steps:
             left = (self.total_steps - step) / pace
-            if self.max_seconds is not None and self.max_seconds - (now - self._start[0]) < left:
-                # the sitting's time budget ends it first
-                parts.append(f"ETA {_eta(max(0.0, self.max_seconds - (now - self._start[0])))} (train.max_minutes)")
+            budget_left = None if self.max_seconds is None else max(0.0, self.max_seconds - elapsed)
+            if budget_left is not None and budget_left < left:  # the sitting's time budget ends it first
+                parts.append(f"ETA {_eta(budget_left)} (train.max_minutes)")
             else:
                 parts.append(f"ETA {_eta(left)}")
         self.write("  ".join(p for p in parts if p))

@@ -402,6 +402,39 @@ class _Stream:
         return self.tty
 
 
+def test_progress_bar_counts_updates_under_accumulation(capsys):
+    """With 3 micro-batches per update, the terminal's bar counts the epoch's 4 updates (Keras'
+    own would count 12 batches) and advances once per update."""
+    import keras
+
+    from tf_transformer.config import TrainConfig
+    from tf_transformer.training.progress import UpdateProgressBar, resolve_verbose
+
+    train = TrainConfig(train_steps=10, steps_per_epoch=4, log_every_steps=3)
+    verbose, extra = resolve_verbose("auto", train, stream=_Stream(True), accumulation_steps=3)
+    assert verbose == 0 and len(extra) == 1 and isinstance(extra[0], UpdateProgressBar)
+    assert resolve_verbose(1, train, stream=_Stream(False), accumulation_steps=3)[0] == 0
+    assert resolve_verbose(2, train, stream=_Stream(False), accumulation_steps=3) == (2, [])
+
+    class _Model:
+        optimizer = keras.optimizers.Adam()
+
+    bar = extra[0]
+    bar.set_model(_Model())
+    bar.set_params({"steps": 12, "epochs": 3, "verbose": 0})
+    seen = []
+    bar.on_epoch_begin(0)
+    for batch in range(12):
+        if batch % 3 == 2:  # the last micro-batch of an update applies it
+            _Model.optimizer.iterations.assign_add(1)
+        bar.on_train_batch_end(batch, {"loss": 5.0 - batch / 10})
+        seen.append(bar._seen)
+    bar.on_epoch_end(0, {"loss": 3.9})
+    assert seen == [0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4]
+    out = capsys.readouterr().out
+    assert "Epoch 1/3" in out and "4/4" in out and "12/12" not in out and "loss" in out
+
+
 def test_progress_lines_when_stdout_is_not_a_terminal(monkeypatch):
     import types
 

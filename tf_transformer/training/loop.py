@@ -616,7 +616,8 @@ def _fit(run: _Run, trainer: TrainingModel, steps: _Callbacks, train_fn, valid_f
     history: dict[str, list] = {}
     stopped = None
     plan = _plan(start_step, run.cfg.train.train_steps, run.cfg.train.steps_per_epoch)
-    verbose, lines = resolve_verbose(verbose, run.cfg.train, enabled=run.info.is_chief)
+    verbose, lines = resolve_verbose(verbose, run.cfg.train, enabled=run.info.is_chief,
+                                     accumulation_steps=run.k)
     evaluator = steps.evaluator
     if evaluator is not None and evaluator.stopped:
         run.log(f"train: early stopping had already ended this run at step {start_step} (best "

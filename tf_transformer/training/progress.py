@@ -32,7 +32,7 @@ import numpy as np
 from tf_transformer.io import Heartbeat, say
 from tf_transformer.training.callbacks import current_step
 
-__all__ = ["FirstUpdateHeartbeat", "ProgressLines", "stdout_is_terminal"]
+__all__ = ["FirstUpdateHeartbeat", "ProgressLines", "UpdateProgressBar", "stdout_is_terminal"]
 
 
 def stdout_is_terminal(stream=None) -> bool:
@@ -140,14 +140,58 @@ class ProgressLines(keras.callbacks.Callback):
         self.write(f"epoch {epoch + 1}/{self.epochs} (update {current_step(self.model):,}{ended}): {metrics}")
 
 
-def resolve_verbose(verbose, train_config, enabled: bool = True, stream=None) -> tuple:
+class UpdateProgressBar(keras.callbacks.Callback):
+    """Keras' progress bar (``verbose=1``) counting optimizer updates, not Keras batches.
+
+    Under gradient accumulation every update is ``accumulation_steps`` batches of ``fit``, so
+    Keras' own bar would show ``k`` times the epoch's updates and a per-batch time. This bar
+    advances once per update, to the epoch's number of updates, with the running metrics."""
+
+    def __init__(self, accumulation_steps: int):
+        super().__init__()
+        self.k = max(1, int(accumulation_steps))
+        self._bar = None
+        self._first = 0
+        self._seen = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        batches = (self.params or {}).get("steps")
+        epochs = (self.params or {}).get("epochs")
+        if epochs:
+            print(f"Epoch {epoch + 1}/{epochs}", flush=True)
+        self._bar = keras.utils.Progbar(None if batches is None else -(-int(batches) // self.k),
+                                        unit_name="update")
+        self._first = current_step(self.model)
+        self._seen = 0
+
+    def _values(self, logs):
+        return [(k, float(np.asarray(v).reshape(-1)[0])) for k, v in (logs or {}).items()
+                if np.size(v) == 1]
+
+    def on_train_batch_end(self, batch, logs=None):
+        done = current_step(self.model) - self._first
+        if self._bar is not None and done != self._seen:
+            self._seen = done
+            self._bar.update(done, values=self._values(logs))
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._bar is not None:
+            self._bar.update(self._seen, values=self._values(logs), finalize=True)
+            self._bar = None
+
+
+def resolve_verbose(verbose, train_config, enabled: bool = True, stream=None,
+                    accumulation_steps: int = 1) -> tuple:
     """``(keras_verbose, extra_callbacks)`` for ``model.fit``: ``"auto"`` is Keras' progress bar on
     a terminal and, elsewhere, no Keras output plus :class:`ProgressLines` every
-    ``train.log_every_steps`` updates; 0, 1 and 2 are Keras' own (no extra lines)."""
+    ``train.log_every_steps`` updates; 0, 1 and 2 are Keras' own (no extra lines). With gradient
+    accumulation (``accumulation_steps`` > 1) the progress bar is :class:`UpdateProgressBar`,
+    which counts updates where Keras' would count micro-batches."""
+    bar = (0, [UpdateProgressBar(accumulation_steps)]) if accumulation_steps > 1 else (1, [])
     if verbose != "auto":
-        return verbose, []
+        return bar if verbose == 1 else (verbose, [])
     if stdout_is_terminal(stream):
-        return 1, []
+        return bar
     if not enabled:
         return 0, []
     epochs = -(-train_config.train_steps // train_config.steps_per_epoch)

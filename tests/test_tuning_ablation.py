@@ -104,3 +104,42 @@ def test_list_and_bad_arguments(capsys):
     assert "--output DIR is required" in capsys.readouterr().err
     assert main(["ablate", "--rows", "Z9", "--output", "x"]) == 2
     assert "'Z9' is not a Table 3 row" in capsys.readouterr().err
+
+
+def test_one_model_after_another_silences_only_the_retracing_warning():
+    """A new tf.function per model (one per row/trial) from the same code: TensorFlow warns of
+    retracing after a few; inside the context only that warning is dropped."""
+    import logging
+
+    import tensorflow as tf
+
+    from tf_transformer.io import one_model_after_another
+
+    class Collect(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.messages = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+    def new_functions():
+        for i in range(8):
+            def f(x, i=i):
+                return x + i
+            tf.function(f)(tf.constant(1.0))
+
+    collect = Collect()
+    logger = logging.getLogger("tensorflow")
+    logger.addHandler(collect)
+    try:
+        new_functions()
+        assert any("triggered tf.function retracing" in m for m in collect.messages)  # TensorFlow's warning
+        collect.messages.clear()
+        with one_model_after_another():
+            new_functions()
+            logger.warning("another warning")
+        assert collect.messages == ["another warning"]
+        assert not logger.filters  # removed on exit
+    finally:
+        logger.removeHandler(collect)

@@ -37,6 +37,29 @@ def say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+class _NotRetracing:
+    """Drops TensorFlow's "N out of the last M calls to <function ...> triggered tf.function
+    retracing" warnings: TensorFlow counts traces by the function's code, which every new Keras
+    model's train and evaluation functions share, so a process that builds one model after
+    another (an ablation row, a tuning trial) trips it although each function is traced once."""
+
+    def filter(self, record) -> bool:
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def one_model_after_another() -> Iterator[None]:
+    """Inside it, TensorFlow's retracing warning (see :class:`_NotRetracing`) is not printed."""
+    import logging
+
+    logger, quiet = logging.getLogger("tensorflow"), _NotRetracing()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
 class Heartbeat:
     """A line ``"<who>: <phase>: N s"`` whenever ``every`` seconds pass without output while a
     phase is running, so that a long step (importing TensorFlow, building the model, filling

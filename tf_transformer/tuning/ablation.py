@@ -44,7 +44,7 @@ from typing import Callable, Optional, Sequence, Union
 
 from tf_transformer.config import Config, load_config
 from tf_transformer.errors import UserError
-from tf_transformer.io import atomic_path, atomic_write, say
+from tf_transformer.io import atomic_path, atomic_write, one_model_after_another, say
 from tf_transformer.tuning.rows import (
     ROWS,
     describe_change,
@@ -375,11 +375,13 @@ def run_ablation(rows: Union[str, Sequence[str]], output_dir, *, base_config: Un
         keras.backend.clear_session()
         row_dir.mkdir(parents=True, exist_ok=True)
         # a fresh in-graph tokenizer per row: clearing the Keras session drops the old one's resource
-        result = train(cfg, model_dir=row_dir, strategy=strategy, tokenizer=data_api.Tokenizer(proto),
-                       valid_data=None if validate else False, verbose=verbose, log=log)
-        minutes_used = (time.time() - start) / 60.0
-        model = load_model(str(result.model_path))
-        scores = evaluate_row(model, cfg, data_api.Tokenizer(proto), beam, base.decode.alpha, bleu_sentences, log)
+        with one_model_after_another():
+            result = train(cfg, model_dir=row_dir, strategy=strategy, tokenizer=data_api.Tokenizer(proto),
+                           valid_data=None if validate else False, verbose=verbose, log=log)
+            minutes_used = (time.time() - start) / 60.0
+            model = load_model(str(result.model_path))
+            scores = evaluate_row(model, cfg, data_api.Tokenizer(proto), beam, base.decode.alpha, bleu_sentences,
+                                  log)
         record = {
             "row": row,
             "preset": preset_name(row),

@@ -36,7 +36,7 @@ from typing import Callable, Optional, Union
 import keras_tuner as kt
 
 from tf_transformer.config import Config, ConfigError
-from tf_transformer.io import atomic_write, say
+from tf_transformer.io import atomic_write, one_model_after_another, say
 from tf_transformer.training.rundir import flatten_fields
 from tf_transformer.tuning.hypermodel import OBJECTIVES, SearchSpace, TransformerHyperModel, objective_for
 
@@ -315,7 +315,8 @@ def run_search(config: Config, output_dir, *, algorithm: str = "random", max_tri
     if algorithm == "random":
         search_kwargs["epochs"] = epochs
     try:
-        tuner.search(**search_kwargs)
+        with one_model_after_another():
+            tuner.search(**search_kwargs)
     finally:
         md, csv_path, rows = write_results(tuner, output_dir, title=f"tft tune: {algorithm} search on "
                                            f"{config.name or 'config'}")

@@ -107,3 +107,31 @@ def test_demo_writes_both_attention_figures(tiny, tmp_path):
     for p in paths:
         data = p.read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 2000
+
+
+@pytest.mark.parametrize("heads,tokens", [(4, 64), (4, 12), (8, 100)])
+def test_heatmap_and_line_labels_stay_readable(heads, tokens):
+    """Long sentences: the heatmaps take fewer columns (a taller figure) rather than labels under
+    5 pt while they can; the figure stays within MAX_INCHES wide; short ones keep 4 columns."""
+    import matplotlib.pyplot as plt
+
+    from tf_transformer.viz.attention import HEATMAP_FONT, MAX_INCHES, plot_heatmaps, plot_lines
+
+    weights = np.stack([np.roll(np.eye(tokens), h, axis=1) for h in range(heads)])  # one line per query
+    pieces = [f"▁w{i}" for i in range(tokens)]
+    fig = plot_heatmaps(weights, pieces, pieces)
+    panels = [ax for ax in fig.axes if ax.get_images()]
+    sizes = {t.get_fontsize() for ax in panels for t in ax.get_xticklabels() + ax.get_yticklabels()}
+    width, height = fig.get_size_inches()
+    assert len(panels) == heads and width <= MAX_INCHES + 1e-6
+    if tokens <= 64:
+        assert min(sizes) >= HEATMAP_FONT
+    else:
+        assert min(sizes) >= 4.0
+    columns = len({round(ax.get_position().x0, 3) for ax in panels})
+    assert columns == (4 if tokens <= 30 else 2 if tokens == 64 else 1)
+    plt.close(fig)
+    fig = plot_lines(weights, pieces, pieces)
+    texts = [t.get_fontsize() for t in fig.axes[0].texts if t.get_text().startswith("w")]
+    assert len(texts) == 2 * tokens and min(texts) >= (9.0 if tokens <= 64 else 4.0)
+    plt.close(fig)

@@ -43,9 +43,14 @@ def predicted_pieces(decoder_input, eos_piece: str = "</s>") -> list:
     return list(decoder_input[1:]) + [eos_piece]
 
 
-def _font(n: int) -> float:
-    """Label size in points for ``n`` tokens along a side: 9 up to 30, then smaller (at least 4)."""
-    return 9.0 if n <= 30 else max(4.0, 9.0 * 30 / n)
+def _font(inches: float, n: int, largest: float) -> float:
+    """Label size in points for ``n`` tokens along ``inches`` of axis: ``largest`` while they fit
+    (a label takes 1/0.7 of its size in points), then smaller, never under 4."""
+    return min(largest, max(4.0, 0.7 * inches * 72.0 / max(1, n)))
+
+
+#: Smallest label size (points) the heatmaps keep by laying their panels out in fewer columns.
+HEATMAP_FONT = 5.0
 
 
 def attention_for_sentence(model, tokenizer, sentence: str, target: str | None = None):
@@ -104,8 +109,9 @@ def plot_lines(weights, query_tokens, key_tokens, heads=None, query_index=None, 
     query_tokens, key_tokens = display_pieces(query_tokens), display_pieces(key_tokens)
     nq, nk = len(query_tokens), len(key_tokens)
     height = max(nq, nk)
-    font = _font(height)
-    fig, ax = plt.subplots(figsize=(5.5, min(MAX_INCHES, 0.32 * height + 1.2)))
+    inches = min(MAX_INCHES, 0.32 * height + 1.2)
+    font = _font(inches - 1.2, height, 9.0)  # 1.2: title and legend
+    fig, ax = plt.subplots(figsize=(5.5, inches))
     yq = np.linspace(height - 1, 0, nq) if nq > 1 else np.array([height / 2])
     yk = np.linspace(height - 1, 0, nk) if nk > 1 else np.array([height / 2])
     queries = range(nq) if query_index is None else [query_index]
@@ -150,11 +156,15 @@ def plot_heatmaps(weights, query_tokens, key_tokens, title="", path=None, query_
     n = weights.shape[0]
     head_labels = list(range(n)) if head_labels is None else list(head_labels)
     query_tokens, key_tokens = display_pieces(query_tokens), display_pieces(key_tokens)
-    cols = min(n, 4)
-    rows = (n + cols - 1) // cols
     longest = max(len(query_tokens), len(key_tokens))
-    size = min(0.22 * longest + 1.5, (MAX_INCHES - 0.8) / cols, MAX_INCHES / rows)  # 0.8: the colourbar
-    font = _font(longest) * 6 / 9
+    natural = 0.22 * longest + 1.5  # a panel's side in inches, labels included (1 inch)
+    readable = longest * HEATMAP_FONT / (0.7 * 72.0) + 1.0  # the side that keeps labels at HEATMAP_FONT
+    cols = min(n, 4)  # fewer columns (a taller figure) when four would shrink the labels below it
+    while cols > 1 and (MAX_INCHES - 0.8) / cols < min(natural, readable):  # 0.8: the colourbar
+        cols -= 1
+    rows = (n + cols - 1) // cols
+    size = min(natural, (MAX_INCHES - 0.8) / cols, 4 * MAX_INCHES / rows)
+    font = _font(size - 1.0, longest, HEATMAP_FONT)
     fig, axes = plt.subplots(rows, cols, figsize=(cols * size + 0.8, rows * size), squeeze=False)
     image = None
     for h in range(rows * cols):

@@ -54,6 +54,9 @@ def test_table3_rows_change_only_their_fields():
     assert (b1.key_dim, b1.value_dim) == (16, 64)
     assert load_config("table3/E").model.position_encoding == "learned"
     assert load_config("table3/D3").train.label_smoothing == 0.0
+    for name in list_presets():  # section 6.2: Table 3 used no checkpoint averaging
+        if name.startswith("table3/"):
+            assert load_config(name).train.average_last == 1, name
 
 
 @pytest.mark.parametrize("override, message", [

@@ -145,6 +145,25 @@ def test_paper_base_maps_to_the_papers_presets():
         assert ours.train.label_smoothing == preset.train.label_smoothing, row
 
 
+def test_rows_that_round_to_the_same_model_are_found(small):
+    """multi30k_small (N=3): every row distinct; at N=2 the paper's N=2 and N=4 of 6 both round
+    to N=1 (C1 = C2), and the report says so."""
+    from tf_transformer.tuning.ablation import format_report
+    from tf_transformer.tuning.rows import same_as_earlier
+
+    assert rows_mod.same_as_earlier(ROWS, small) == {}
+    two = load_config("multi30k_small", ["model.num_layers=2"])
+    assert same_as_earlier(ROWS, two) == {"C2": "C1"}
+    assert same_as_earlier(["C2", "C1", "E"], two) == {"C1": "C2"}
+    record = {"change": "x", "params": 1e6, "ppl": 9.0, "bleu": 1.0, "steps": 2}
+    results = {"settings": {"base_config": "b", "overrides": [], "steps": 2, "minutes": None, "beam_size": 1,
+                            "alpha": 0.6, "bleu_sentences": None},
+               "rows": {r: {**record, "row": r, "paper": rows_mod.paper_figures(r)} for r in ("base", "C1", "C2")},
+               "same_as": {"C2": "C1", "C3": "C1"}}
+    assert "some rows are the same model as an earlier one (their differences are noise, not the row's " \
+           "change): C2 = C1." in format_report(results)
+
+
 def test_heads_that_do_not_divide_d_model_are_refused():
     cfg = load_config("multi30k_small", ["model.d_model=100", "model.key_dim=25", "model.value_dim=25"])
     with pytest.raises(ConfigError, match="A3: 8 heads do not divide model.d_model=100"):

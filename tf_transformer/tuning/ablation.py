@@ -52,6 +52,7 @@ from tf_transformer.tuning.rows import (
     parse_rows,
     preset_name,
     row_config,
+    same_as_earlier,
 )
 
 #: Settings that must match for rows of one output directory to be comparable.
@@ -192,6 +193,11 @@ def format_report(results: dict) -> str:
             f"{_num(r['ppl'], '.2f')} | {_num(r['bleu'], '.1f')} | "
             f"{_num(p['ppl'], '.2f')} | {_num(p['bleu'], '.1f')} | "
             f"{'' if p['params'] is None else p['params']} | {d_ppl} | {d_bleu} | {r.get('steps', '')} |")
+    same = {row: earlier for row, earlier in results.get("same_as", {}).items() if row in results["rows"]}
+    if same:
+        lines += ["", "Rounded to this base's size, some rows are the same model as an earlier one (their "
+                  "differences are noise, not the row's change): "
+                  + ", ".join(f"{row} = {earlier}" for row, earlier in same.items()) + "."]
     lines += ["", f"Machine: {results.get('machine', '')}; strategy: {results.get('strategy', '')}.", ""]
     return "\n".join(lines)
 
@@ -338,8 +344,11 @@ def run_ablation(rows: Union[str, Sequence[str]], output_dir, *, base_config: Un
     if beam < 1:
         raise UserError(f"beam_size={beam}: must be >= 1")
     base = budget_config(base, steps, minutes)
-    for row in chosen:  # fail on a bad mapping before any training
-        row_config(row, base)
+    same = same_as_earlier(chosen, base)  # also fails on a bad mapping before any training
+    for row, earlier in same.items():
+        log(f"ablate: warning: at this base's size row {row} ({describe_change(row, base)}) is the same model and "
+            f"training as row {earlier}: the paper's values round to the same ones (rules: tft ablate --list); "
+            f"it is trained and reported all the same")
 
     settings = {"base_config": base_name, "overrides": list(overrides), "steps": None if minutes and steps is None
                 else base.train.train_steps, "minutes": minutes, "beam_size": beam, "alpha": base.decode.alpha,
@@ -349,6 +358,7 @@ def run_ablation(rows: Union[str, Sequence[str]], output_dir, *, base_config: Un
     check_settings(results, settings, json_path)
     results.setdefault("rows", {})
     results["settings"] = settings
+    results["same_as"] = {**results.get("same_as", {}), **same}
 
     # one vocabulary for every row
     proto = data_api.resolve_vocabulary(base, output_dir / "vocab.model", log=log, who="ablate").model_proto

@@ -144,6 +144,22 @@ def row_config(row: str, base_config: Config) -> Config:
     return cfg
 
 
+def same_as_earlier(rows, base_config: Config) -> dict:
+    """``{row: earlier_row}`` for each of ``rows`` whose scaled config equals an earlier one's (in
+    the given order): rounding to a small base can map two of the paper's rows onto one model
+    (``N = 2`` and ``4`` of 6 both become ``N = 1`` of 2), or a row onto ``base`` itself."""
+    seen: dict = {}
+    same = {}
+    for row in rows:
+        cfg = row_config(row, base_config)
+        key = repr((dataclasses.asdict(cfg.model.resolved()), dataclasses.asdict(cfg.train)))
+        if key in seen:
+            same[row] = seen[key]
+        else:
+            seen[key] = row
+    return same
+
+
 def describe_change(row: str, base_config: Optional[Config] = None) -> str:
     """Our (scaled) change in the paper's notation, e.g. ``"h=1, d_k=d_v=256"``."""
     if row == "base":

@@ -1,7 +1,9 @@
 """Golden outputs: the decoding speed work must not change what is decoded.
 
 ``tests/data/decoding_golden.json`` holds the ids and scores that the decoding code gave
-before the key/value cache learned to grow (commit 5aee34c), for a fixed set of sources on a
+before the key/value cache learned to grow (commit 5aee34c; regenerated once since, when the
+searches stopped writing PAD and BOS ids, which this random model favoured, with a steeper
+EOS ramp, 1.2, so that greedy outputs still end with EOS at varied lengths), for a fixed set of sources on a
 small Transformer whose weights come from a seeded NumPy generator (no training, so no
 dependence on the training kernels). The test rebuilds that model and requires the same ids
 and scores within 1e-5, for greedy search and beam search (alpha 0 and 0.6), with the
@@ -27,7 +29,7 @@ SETTINGS = [  # (name, beam_size, alpha)
     ("beam3_alpha1", 3, 1.0),
 ]
 MAX_EXTRA = 7
-RAMP = 1.0
+RAMP = 1.2
 
 
 def golden_model():

@@ -97,3 +97,31 @@ def test_output_capped_by_model_limit(model):
     src = tf.constant(np.full((2, 24), 7, np.int32))
     ids, _ = translate_batch(model, src, beam_size=2, alpha=0.6, max_extra_length=50)
     assert ids.shape[1] == 24  # min(24 + 50, max_length=24)
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_padding_and_bos_are_never_written(model, source, beam, monkeypatch):
+    """A model whose most probable tokens are PAD (0) and BOS (2) at every step: translate_batch
+    writes neither (greedy: the tokens the unpatched model picks); the searches' own default
+    (no never_ids) does write them."""
+    PAD = 0
+    plain, _ = translate_batch(model, source, beam_size=1, max_extra_length=6)
+    step = model.decode_step
+
+    def favour_pad_and_bos(*args, **kwargs):
+        logits, cache = step(*args, **kwargs)
+        favoured = tf.reduce_sum(tf.one_hot([PAD, BOS], tf.shape(logits)[-1], dtype=logits.dtype), axis=0)
+        return logits + 50.0 * favoured, cache
+
+    monkeypatch.setattr(model, "decode_step", favour_pad_and_bos)
+    ids, scores = translate_batch(model, source, beam_size=beam, alpha=0.6, max_extra_length=6)
+    ids = ids.numpy()
+    assert not np.isin(ids, [BOS]).any() and np.isfinite(scores.numpy()).all()
+    for row in ids:  # PAD only after the sentence's end
+        n = int(np.argmax(row == EOS)) if (row == EOS).any() else int(np.sum(row != PAD))
+        assert (row[:n] != PAD).all()
+    if beam == 1:
+        np.testing.assert_array_equal(ids, plain.numpy())
+    fn, cache = cached_decoder(model, source, 6)
+    raw, _ = greedy_search(fn, tf.fill([source.shape[0]], BOS), cache, 6, EOS)
+    assert (raw.numpy()[:, 1] == BOS).all()  # without never_ids the search follows the logits

@@ -185,6 +185,16 @@ def _call(fn, ids, step, cache, sentence_cache):
     return fn(ids, step, cache, sentence_cache)
 
 
+def never_written(log_probs, never_ids):
+    """``log_probs`` ``[..., V]`` with the entries of ``never_ids`` set to ``-inf`` (a search never
+    picks them; the other entries are unchanged, not renormalised)."""
+    if not never_ids:
+        return log_probs
+    ids = tf.range(tf.shape(log_probs)[-1])
+    banned = tf.reduce_any(tf.equal(ids[:, None], tf.constant(list(never_ids), tf.int32)[None, :]), axis=1)
+    return tf.where(banned, tf.constant(_NEG_INF, log_probs.dtype), log_probs)
+
+
 def beam_search(
     symbols_to_logits_fn: SymbolsToLogitsFn,
     initial_ids,
@@ -201,6 +211,7 @@ def beam_search(
     sentence_cache=None,
     drop_finished: bool = False,
     stop_rule: str = "bound",
+    never_ids: tuple = (),
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Beam search over ``symbols_to_logits_fn`` (see the module docstring for its contract).
 
@@ -235,6 +246,8 @@ def beam_search(
       stop_rule: ``"bound"`` (exact: a sentence runs until no live hypothesis can beat its
         finished ones, or its limit) or ``"beam_finished"`` (also stop a sentence once
         ``beam_size`` hypotheses have finished; see the module docstring).
+      never_ids: ids the search never writes (padding, the initial id): their log-probability
+        is set to ``-inf`` after the softmax, so every other token's score is unchanged.
 
     Returns:
       ``(ids, scores)``: ``ids`` int32 ``[batch, beam, max_decode_length + 1]`` with the
@@ -296,7 +309,7 @@ def beam_search(
         logits, new_flat_cache = _call(symbols_to_logits_fn, flat_ids, i, flat_cache,
                                        sentence_cache if has_sentence_cache else None)
         logits = tf.reshape(tf.cast(logits, tf.float32), [-1, K, V])
-        log_probs = tf.nn.log_softmax(logits, axis=-1)
+        log_probs = never_written(tf.nn.log_softmax(logits, axis=-1), never_ids)
 
         # Expand every live hypothesis by every token; keep the 2K best by log-prob.
         topk_log_probs, topk_index = _top_candidates(alive_log_probs, log_probs, 2 * K, chunk)

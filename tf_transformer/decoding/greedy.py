@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tf_transformer.decoding.beam_search import _call, _drop_rows, _shape_invariants
+from tf_transformer.decoding.beam_search import _call, _drop_rows, _shape_invariants, never_written
 
 __all__ = ["greedy_search"]
 
@@ -25,6 +25,7 @@ def greedy_search(
     pad_id: int = 0,
     sentence_cache=None,
     drop_finished: bool = False,
+    never_ids: tuple = (),
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Pick the most probable token at every step until EOS or the maximum length.
 
@@ -43,6 +44,7 @@ def greedy_search(
       drop_finished: remove finished sentences from the state (ids, cache, sentence_cache)
         once an eighth of the batch has finished, as beam search does (see its module
         docstring); needs dynamic shapes (not under XLA). The results are the same.
+      never_ids: ids never picked (padding, the initial id), as in beam search.
 
     Returns:
       ``(ids, scores)``: int32 ``[batch, max_decode_length + 1]`` (initial id in column 0,
@@ -70,7 +72,7 @@ def greedy_search(
 
     def body(i, ids, scores, finished, cache, rows, max_lengths, sentence_cache, out_ids, out_scores):
         logits, cache = _call(symbols_to_logits_fn, ids, i, cache, sentence_cache if has_sentence_cache else None)
-        log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+        log_probs = never_written(tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1), never_ids)
         token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         token_log_prob = tf.gather(log_probs, token, batch_dims=1)
         token = tf.where(finished, pad_id, token)

@@ -198,6 +198,10 @@ def translate_batch(
         (``False``); default: preallocated only inside an XLA-compiled function (see
         :func:`cached_decoder`). The outputs are the same.
 
+    The padding and BOS ids are never written (a model trained with label smoothing gives
+    them a small probability; their log-probability is set to ``-inf`` after the softmax, so
+    every other token's score is unchanged).
+
     Returns:
       ``(target_ids, scores)``: int32 ``[batch, max_decode_length]`` with the generated
       tokens, no BOS, EOS and everything after it replaced by pad (0); float32 ``[batch]``
@@ -228,14 +232,15 @@ def translate_batch(
         fn, cache = uncached_decoder(model, source_ids, max_decode_length, beam_size=max(int(beam_size), 1))
     batch = tf.shape(source_ids)[0]
     initial_ids = tf.fill([batch], tf.constant(bos_id, tf.int32))
+    never = tuple(i for i in (pad_id, bos_id) if i != eos_id)  # ids that are no output's tokens
     if beam_size <= 1:
         ids, scores = greedy_search(fn, initial_ids, cache, max_decode_length, eos_id,
                                     max_lengths=max_lengths, pad_id=pad_id, sentence_cache=sentence,
-                                    drop_finished=drop)
+                                    drop_finished=drop, never_ids=never)
     else:
         ids, scores = beam_search(fn, initial_ids, cache, int(model.vocab_size), int(beam_size), alpha,
                                   max_decode_length, eos_id, max_lengths=max_lengths,
                                   stop_early=stop_early, pad_id=pad_id, n_best=1, sentence_cache=sentence,
-                                  drop_finished=drop, stop_rule=stop_rule)
+                                  drop_finished=drop, stop_rule=stop_rule, never_ids=never)
         ids, scores = ids[:, 0], scores[:, 0]
     return strip_after_eos(ids[:, 1:], eos_id, pad_id), scores

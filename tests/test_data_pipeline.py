@@ -91,7 +91,8 @@ def pairs_of(batch_list):
 
 def test_budget_respected_on_both_sides(corpus, tok):
     for budget, training in ((97, True), (1000, True), (256, False)):
-        cfg = cfg_for(corpus["en.gz"], corpus["de.gz"], tokens_per_batch=budget, max_length=64)
+        # without the counting pass every 2-D bucket keeps its own batches (no bucket plan)
+        cfg = cfg_for(corpus["en.gz"], corpus["de.gz"], tokens_per_batch=budget, max_length=64, stats_pass=False)
         got = batches(make_dataset(cfg, "train", tok, training=training, verbose=False), 60)
         assert len(got) > 5
         for (src, tgt_in), tgt_out in got:
@@ -111,6 +112,54 @@ def test_budget_respected_on_both_sides(corpus, tok):
             for (src, tgt_in), _ in got:
                 width = max(src.shape[1], tgt_in.shape[1])
                 assert src.shape[0] * width > budget - 2 * width
+
+
+def test_bucket_plan_joins_buckets_too_sparse_for_an_epoch():
+    """Pairs per epoch and pipeline against the rows a bucket's batch needs: a dense bucket keeps
+    its key; sparse ones share the bucket of their longer side, joined with longer ones until a
+    run receives two batches' worth per epoch; batches never exceed the budget."""
+    bounds, budget = [2, 4, 8, 16], 64  # rows: budget // max(bounds)
+    plan = batching.bucket_plan(bounds, budget, [[3, 3, 100], [8, 16, 3], [16, 8, 2], [2, 4, 5], [16, 16, 2]],
+                                shares=2)
+    nb = len(bounds)
+    assert plan.key[1 * nb + 1] == 1 * nb + 1 and plan.rows[plan.key[5]] == 16  # 50 per epoch >= 2 x 16 rows
+    # (2,3), (3,2), (3,3) are sparse: all longer side 16 -> one run, 4 rows (64 // 16)
+    assert plan.key[2 * nb + 3] == plan.key[3 * nb + 2] == plan.key[3 * nb + 3] >= nb * nb
+    # (0,1): longer side 4, 2.5 per epoch < 2 x 16 rows: too few alone, joins the longest run
+    assert plan.key[0 * nb + 1] == plan.key[3 * nb + 3] and plan.rows[plan.key[1]] == 4
+    assert plan.shared_pairs == 12 and plan.pairs == 112 and "12 of 112 pairs" in plan.describe()
+    for i in range(nb):
+        for j in range(nb):
+            assert plan.rows[plan.key[i * nb + j]] * max(bounds[i], bounds[j]) <= budget
+    assert batching.bucket_plan(bounds, budget).key == list(range(nb * nb))  # no counts: unchanged
+    dense = batching.bucket_plan(bounds, budget, [[3, 3, 1000]])
+    assert dense.shared_pairs == 0 and dense.describe() == ""
+
+
+@pytest.mark.parametrize("stats_pass", [True, False])
+def test_training_stream_sees_every_pair_within_two_epochs(corpus, tok, stats_pass):
+    """600 pairs at 400 tokens a batch: most 2-D buckets receive less than a batch per epoch.
+    With the counting pass (the default) they are joined and every pair is trained on within two
+    epochs' worth of batches, a pair rarely twice in a batch; without it (no counts), pairs wait
+    in their buckets for epochs while copies of the ones before them fill the batches."""
+    cfg = cfg_for(corpus["en.gz"], corpus["de.gz"], tokens_per_batch=400, max_length=64, stats_pass=stats_pass,
+                  parallel_pipelines=1)
+    pairs = Counter(zip(map(tuple, tok.encode(corpus["en"])), map(tuple, tok.encode(corpus["de"]))))
+    expected = {p: n for p, n in pairs.items() if 0 < len(p[0]) <= 64 and 0 < len(p[1]) < 64}  # the kept ones
+    kept = sum(expected.values())
+    seen, rows, repeats = Counter(), 0, 0
+    for b in make_dataset(cfg, "train", tok, verbose=False).as_numpy_iterator():
+        pairs = pairs_of([b])
+        repeats += sum(n - 1 for n in pairs.values())
+        seen.update(pairs)
+        rows += len(b[1])
+        if rows >= 2 * kept:
+            break
+    missing = len(set(expected) - set(seen))
+    if stats_pass:
+        assert missing == 0 and repeats / rows < 0.03
+    else:  # the defect the plan removes
+        assert missing > 0.05 * len(expected) and repeats / rows > 0.05
 
 
 def test_shift_and_every_pair_exactly_once(corpus, tok):

@@ -29,7 +29,11 @@ Steps, all graph ops (no per-example Python):
    included; short sentences give the most rows. Two-dimensional buckets keep the
    padding low on *both* sides (one-dimensional buckets by ``max(src, tgt)`` waste
    about 12% of the source slots on Multi30k). Their cost: pairs wait in partly filled
-   buckets, delayed but not lost (tools/bench/input_pipeline.py measures how many);
+   buckets; a bucket that receives less than two batches' worth of pairs per epoch would
+   hold them for epochs and fill with the copies of later epochs, so the counting pass
+   counts pairs by length and :func:`bucket_plan` lets such buckets share coarser ones
+   (by the longer side; see :class:`BucketPlan`). Without counts (``data.stats_pass:
+   false``, prepared corpora) every bucket keeps its own batches;
 7. pad with 0 to the longest row of the batch, split the target into input and label,
    prefetch.
 
@@ -132,6 +136,82 @@ def bucket_rows(bounds: list[int], budget: int) -> list[list[int]]:
     return [[max(1, budget // max(a, b)) for b in bounds] for a in bounds]
 
 
+@dataclass
+class BucketPlan:
+    """Which batch each training pair's 2-D bucket feeds, sized to the corpus.
+
+    ``key[i * nb + j]`` is the window key of source bucket ``i`` and target bucket ``j``;
+    ``rows[key]`` the rows of its batches. A bucket that receives at least two batches' worth of
+    pairs per epoch (per input pipeline) keeps its own key; a sparser one would hold its pairs
+    for several epochs and, its window filling with the copies of later epochs, put the same
+    pair into one batch several times. Sparse buckets therefore share a one-dimensional bucket
+    by the longer side's bound (whose batches have the same rows, ``budget // max(bounds)``;
+    only the shorter side pads more), and such buckets still too sparse to receive two batches'
+    worth per epoch are joined with the next longer ones until they do (rows of the longest
+    joined bound). (Joining sparse buckets within a target bucket instead, over source
+    lengths, kept the target side tighter but gave batches of a long source's rows with short
+    targets: a fifth fewer target tokens per batch on Multi30k.)"""
+
+    key: list
+    rows: list
+    shared_pairs: int = 0  # pairs per epoch (all pipelines) moved out of their own 2-D bucket
+    pairs: int = 0
+
+    def describe(self) -> str:
+        if not self.shared_pairs:
+            return ""
+        return (f"{self.shared_pairs:,} of {self.pairs:,} pairs ({100 * self.shared_pairs / max(1, self.pairs):.1f}%) "
+                "are in (source, target) length buckets that fill less than two batches per epoch: they share coarser "
+                "buckets, so that every pair is trained on about once per epoch")
+
+
+#: A training bucket keeps its own key when it receives this many batches' worth of pairs per
+#: epoch and pipeline: with one, a pipeline's share of a bucket (every k-th pair of the split)
+#: falls below a batch by chance often enough to leave pairs waiting for a later epoch.
+_FILLS = 2
+
+
+def bucket_plan(bounds: list[int], budget: int, length_pairs=None, shares: int = 1) -> BucketPlan:
+    """The :class:`BucketPlan` of 2-D training buckets for kept pairs counted by ``length_pairs``
+    (``[[source length, len(y) + 1, count], ...]`` of the whole split, read by ``shares``
+    pipelines together); without counts every bucket keeps its own key."""
+    nb = len(bounds)
+    rows2d = bucket_rows(bounds, budget)
+    key = list(range(nb * nb))
+    rows = [r for row in rows2d for r in row]
+    if not length_pairs:
+        return BucketPlan(key, rows)
+    counts = np.zeros((nb, nb), np.float64)
+    bounds_a = np.asarray(bounds)
+    for s_len, t_len, n in length_pairs:
+        counts[np.searchsorted(bounds_a, s_len, side="left"), np.searchsorted(bounds_a, t_len, side="left")] += n
+    per_epoch = counts / max(1, shares)
+
+    sparse = [(i, j) for i in range(nb) for j in range(nb) if 0 < per_epoch[i, j] < _FILLS * rows2d[i][j]]
+    longer = np.zeros(nb, np.float64)  # sparse buckets' pairs per epoch by the longer side's bucket
+    for i, j in sparse:
+        longer[max(i, j)] += per_epoch[i, j]
+    groups, run, waiting = [], [], 0.0  # runs of consecutive longer-side buckets, shortest first
+    for k in np.flatnonzero(longer):
+        run.append(int(k))
+        waiting += longer[k]
+        if waiting >= _FILLS * max(1, budget // bounds[k]):
+            groups.append(run)
+            run, waiting = [], 0.0
+    if run:  # too few for a run of their own: with the longest run (or alone, if there is none)
+        if groups:
+            groups[-1].extend(run)
+        else:
+            groups.append(run)
+    group_of = {k: g for g, members in enumerate(groups) for k in members}
+    for members in groups:
+        rows.append(max(1, budget // bounds[max(members)]))
+    for i, j in sparse:
+        key[i * nb + j] = nb * nb + group_of[max(i, j)]
+    shared = int(round(sum(counts[c] for c in sparse)))
+    return BucketPlan(key, rows, shared_pairs=shared, pairs=int(counts.sum()))
+
+
 def per_replica_budget(data_config, input_context=None) -> int:
     cfg = sources.data_section(data_config)
     budget = cfg.tokens_per_batch
@@ -169,6 +249,9 @@ class DataStats:
     max_target_length: int | None = None
     max_length: int = 0
     shard: str | None = None  # "i/n" for a sharded input pipeline
+    # kept pairs by (source length, len(y) + 1): [[s, t, count], ...] (the counting pass's; not
+    # known for prepared corpora or without data.stats_pass); sizes the training buckets
+    length_pairs: list | None = None
 
     def summary(self) -> str:
         where = f"data {self.split}"
@@ -278,7 +361,7 @@ def _stats_key(cfg, split, tokenizer) -> dict:
     """What a split's statistics depend on: its files (path, size, mtime) or TFDS split, the
     vocabulary, and the settings that change what is kept."""
     key = {"split": split, "source": cfg.source, "max_length": cfg.max_length, "invalid_utf8": cfg.invalid_utf8,
-           "vocabulary": hashlib.sha256(tokenizer.model_proto).hexdigest()}
+           "vocabulary": hashlib.sha256(tokenizer.model_proto).hexdigest(), "format": 2}
     if cfg.source == "tfds":
         key.update(tfds=[cfg.tfds_name, cfg.tfds_data_dir, sources.describe(cfg, split),
                          str(sources.tfds_builder(cfg).data_dir)])
@@ -352,14 +435,18 @@ def dataset_statistics(data_config, split: str, tokenizer, input_context=None, l
             tf.reduce_max(tf.where(keep, s_len, zero)),
             tf.reduce_max(tf.where(keep, t_len, zero)),
         ])
-        return sums, maxes
+        cell = tf.boolean_mask(s_len * width + t_len, keep)  # kept pairs by (source length, len(y) + 1)
+        return sums, maxes, tf.math.bincount(cell, minlength=width * width, maxlength=width * width,
+                                             dtype=tf.int64)
 
+    width = max_length + 1
     ds = pairs_ds.batch(_STATS_BATCH).map(count, num_parallel_calls=tf.data.AUTOTUNE).prefetch(4)
-    sums, maxes = np.zeros(7, np.int64), np.zeros(2, np.int64)
+    sums, maxes, cells = np.zeros(7, np.int64), np.zeros(2, np.int64), np.zeros(width * width, np.int64)
     progress = Progress(f"data {split}: counting pairs and tokens of {origin} (once; cached)", n_pairs, "pairs", log)
-    for part_sums, part_maxes in ds.as_numpy_iterator():
+    for part_sums, part_maxes, part_cells in ds.as_numpy_iterator():
         sums += part_sums
         maxes = np.maximum(maxes, part_maxes)
+        cells += part_cells
         progress.update(int(sums[0]))
     progress.done()
     n, invalid, empty, too_long, kept, s_tok, t_tok = (int(v) for v in sums)
@@ -371,7 +458,8 @@ def dataset_statistics(data_config, split: str, tokenizer, input_context=None, l
     stats = DataStats(
         split=split, origin=origin, pairs=n, kept=kept, dropped_empty=empty, dropped_too_long=too_long,
         invalid_utf8_replaced=invalid, source_tokens=s_tok, target_tokens=t_tok,
-        max_source_length=int(maxes[0]), max_target_length=int(maxes[1]), max_length=max_length)
+        max_source_length=int(maxes[0]), max_target_length=int(maxes[1]), max_length=max_length,
+        length_pairs=[[int(i // width), int(i % width), int(cells[i])] for i in np.flatnonzero(cells)])
     _STATS_CACHE[memo] = stats
     disk_cache_put(folder, "stats", key, stats.as_dict())
     return dataclasses.replace(stats)
@@ -433,9 +521,15 @@ def make_dataset(
         say(stats.summary())
     worker = _worker_shard(input_context)
     pipelines = resolve_pipelines(cfg) if training else 1
+    plan = None
+    if training and cfg.batching == "buckets":
+        plan = bucket_plan(bucket_bounds(cfg.max_length, cfg.bucket_width), budget, stats.length_pairs,
+                           shares=pipelines * worker[1])
+        if verbose and plan.describe():
+            say(f"data {split}: {plan.describe()}")
     streams = [
         _pipeline(cfg, split, tokenizer, budget, training, repeat, seed, shards=(worker, (j, pipelines)),
-                  shuffle_buffer=max(1, cfg.shuffle_buffer // pipelines), pipeline=j)
+                  shuffle_buffer=max(1, cfg.shuffle_buffer // pipelines), pipeline=j, plan=plan)
         for j in range(pipelines)
     ]
     if pipelines == 1:
@@ -478,22 +572,23 @@ def _reading_summary(cfg, split, tokenizer) -> DataStats:
                      max_length=cfg.max_length)
 
 
-def _pipeline(cfg, split, tokenizer, budget, training, repeat, seed, shards, shuffle_buffer, pipeline):
+def _pipeline(cfg, split, tokenizer, budget, training, repeat, seed, shards, shuffle_buffer, pipeline, plan=None):
     """One pipeline's batches: read and tokenize its share, filter, (cache,) shuffle, repeat,
-    bucket, pad. ``seed`` and ``pipeline`` fix its order."""
+    bucket (training: by ``plan``, a :class:`BucketPlan`), pad. ``seed`` and ``pipeline`` fix
+    its order."""
     import tensorflow as tf
 
     if training:
         bounds = bucket_bounds(cfg.max_length, cfg.bucket_width)
-        rows = bucket_rows(bounds, budget)
+        plan = plan or bucket_plan(bounds, budget)
+        keys_t, rows_t = tf.constant(plan.key, tf.int64), tf.constant(plan.rows, tf.int64)
     else:
         bounds = eval_bucket_bounds(cfg.max_length)
-        rows = [[max(1, budget // b) for b in bounds]]
+        rows_t = tf.constant([max(1, budget // b) for b in bounds], tf.int64)
     nb = len(bounds)
     own_seed = seed + 7919 * pipeline  # pipeline 0 (the only one when there is one) uses the seed itself
     ds = token_batches(cfg, split, tokenizer, shuffle_files=training, seed=own_seed, shards=shards)
     bounds_t = tf.constant(bounds, tf.int64)
-    rows_t = tf.constant(rows, tf.int64)
     max_length = cfg.max_length
 
     sorted_chunks = training and cfg.batching in ("sorted_chunks", "source_sorted")
@@ -511,7 +606,7 @@ def _pipeline(cfg, split, tokenizer, budget, training, repeat, seed, shards, shu
         if training:  # 2-D buckets: (source length, target length)
             s_bucket = tf.searchsorted(bounds_t, s_len, side="left", out_type=tf.int64)
             t_bucket = tf.searchsorted(bounds_t, t_len, side="left", out_type=tf.int64)
-            return s, t, s_bucket * nb + t_bucket
+            return s, t, tf.gather(keys_t, s_bucket * nb + t_bucket)
         # evaluation: few 1-D buckets by the longer side, so few partial batches
         return s, t, tf.searchsorted(bounds_t, tf.maximum(s_len, t_len), side="left", out_type=tf.int64)
 
@@ -529,7 +624,7 @@ def _pipeline(cfg, split, tokenizer, budget, training, repeat, seed, shards, shu
         ds = ds.repeat()
 
     def window_size(key):
-        return tf.gather(tf.reshape(rows_t, [-1]), key)
+        return tf.gather(rows_t, key)
 
     def to_batches(key, window):
         # unbatched rows are (rank-0-ragged) RaggedTensors: batch them ragged, pad once per batch

@@ -466,3 +466,27 @@ def test_tensorboard_scalars_lie_on_the_update_axis_across_a_resume(tmp_path):
     for key in (("train", "epoch_loss"), ("train", "epoch_learning_rate"), ("validation", "epoch_loss"),
                 ("validation", "epoch_accuracy")):
         assert steps[key] == [7, 14, 21], key
+
+
+def test_validation_pairs_dropped_are_reported(tmp_path, capsys):
+    """Over-long validation pairs are left out of the validation loss: the run says how many, as
+    it does for the training split (it used to say nothing about the validation split)."""
+    from tf_transformer.cli import main
+
+    corpus = write_tiny_parallel_corpus(tmp_path / "corpus", sizes=(("train", 120), ("valid", 5)))
+    for lang in ("en", "de"):
+        with open(corpus / f"valid.{lang}", "a") as f:
+            f.write(" ".join(["a"] * 40) + "\n")
+    config = tmp_path / "tiny.yaml"
+    config.write_text(f"""
+model: {{d_model: 16, num_layers: 1, num_heads: 2, d_ff: 32}}
+data: {{source: text, train_source: {corpus}/train.en, train_target: {corpus}/train.de,
+        valid_source: {corpus}/valid.en, valid_target: {corpus}/valid.de, vocab_size: 60, tokens_per_batch: 256,
+        max_length: 24}}
+train: {{train_steps: 2, steps_per_epoch: 2, warmup_steps: 2, strategy: default}}
+""")
+    assert main(["train", "--config", str(config), "--model-dir", str(tmp_path / "run"), "--verbose", "0"]) == 0
+    err = capsys.readouterr().err
+    line = next(x for x in err.splitlines() if x.startswith("data valid:"))
+    assert "read 6 pairs" in line and "kept 5" in line and "1 longer than 24 tokens" in line
+    assert line.endswith("(the validation loss is over the kept pairs)")

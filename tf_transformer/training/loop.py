@@ -426,6 +426,10 @@ def _data(run: _Run, train_data, valid_data):
     replicas = run.strategy.num_replicas_in_sync
     if valid_data is None:
         valid_fn = ours(repeat=multiworker)
+        if run.info.is_chief and (cfg.data.stats_pass or cfg.data.source == "prepared"):
+            stats = data_api.dataset_statistics(cfg.data, "valid", run.tokenizer)
+            run.log(stats.summary() + ("" if not stats.kept or stats.kept == stats.pairs else
+                                       " (the validation loss is over the kept pairs)"))
         if validation_steps is None:
             validation_steps = steps_per_replica(ours(repeat=False), replicas)
             if not validation_steps:

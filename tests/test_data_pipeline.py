@@ -354,3 +354,18 @@ def test_config_rules():
         load_config("multi30k_small", ["data.tokens_per_batch=50"])
     with pytest.raises(ConfigError, match="'fr'"):
         load_config("multi30k_small", ["data.target_lang=fr"])
+
+
+def test_make_dataset_checks_a_config_changed_in_python(corpus, tok):
+    """``make_dataset(cfg.data, ..., **fields)`` and a DataConfig built in Python get the config
+    file's checks: a budget below max_length used to give batches over the budget, an unknown
+    batching ran as buckets, a misspelt field was a bare TypeError."""
+    from tf_transformer.data import pairs
+
+    cfg = cfg_for(corpus["en.txt"], corpus["de.txt"], max_length=40)
+    with pytest.raises(ConfigError, match="tokens_per_batch=20 must be >= data.max_length=40"):
+        pairs.make_dataset(cfg, "train", tok, tokens_per_batch=20)
+    with pytest.raises(ConfigError, match="batching='nonsense' is not one of"):
+        make_dataset(dataclasses.replace(cfg, batching="nonsense"), "train", tok)
+    with pytest.raises(ConfigError, match="tokens_per_bach is not a data field"):
+        pairs.make_dataset(cfg, "train", tok, tokens_per_bach=100)

@@ -257,7 +257,7 @@ class DataStats:
         where = f"data {self.split}"
         if self.shard:
             where += f" shard {self.shard}"
-        text = f"{where}: read {self.pairs:,} pairs from {self.origin}"
+        text = f"{where}: read {self.pairs:,} pair{'' if self.pairs == 1 else 's'} from {self.origin}"
         if self.kept is None:
             text += "; empty and over-long pairs are dropped but not counted (data.stats_pass=false)"
         else:
@@ -513,6 +513,7 @@ def make_dataset(
     cfg = sources.data_section(data_config)
     if split not in sources.SPLITS:
         raise DataError(f"split {split!r} is not one of {', '.join(sources.SPLITS)}")
+    cfg.validate()  # a DataConfig built or changed in Python has not been through a config file's checks
     seed = cfg.seed if seed is None else int(seed)
     repeat = training if repeat is None else repeat
     budget = per_replica_budget(cfg, input_context)

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 from typing import Any
 
+from tf_transformer.config import ConfigError
 from tf_transformer.errors import DataError
 
 __all__ = ["make_dataset", "pairs_config"]
@@ -91,7 +92,13 @@ def make_dataset(data, split: str = "train", tokenizer=None, training: bool = Tr
         raise DataError("make_dataset needs tokenizer= (a tf_transformer.data.Tokenizer)")
     if _is_config(data):
         if fields:
-            data = dataclasses.replace(getattr(data, "data", data), **fields)
+            section = getattr(data, "data", data)
+            unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(section)})
+            if unknown:
+                raise ConfigError(f"make_dataset: {', '.join(unknown)} "
+                                  f"{'is not a data field' if len(unknown) == 1 else 'are not data fields'} "
+                                  "(see DataConfig)")
+            data = dataclasses.replace(section, **fields)
         return from_config(data, split, tokenizer, training=training, input_context=input_context, seed=seed,
                            repeat=repeat, verbose=verbose, skip=skip)
     return from_config(pairs_config(data, **fields), split, tokenizer, training=training,

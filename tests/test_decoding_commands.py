@@ -1,10 +1,12 @@
 """`tft translate` and the Translator: order restored, empty lines, truncation, invalid UTF-8."""
 
+import ast
 import json
 import os
 import re
 import subprocess
 import sys
+import textwrap
 
 import pytest
 from helpers.tiny_model import toy_sentences
@@ -158,6 +160,10 @@ def test_cli_errors(assets, tmp_path, capsys):
     assert main(["translate", "--model", assets[0], "--vocab", assets[1], "--beam", "0",
                  "--input", str(tmp_path / "x.txt")]) == 2
     assert "--beam" in capsys.readouterr().err
+    # --threads 0 is valid (TensorFlow's own pools), so a negative count is told ">= 0"
+    assert main(["translate", "--model", assets[0], "--vocab", assets[1], "--threads", "-1",
+                 "--input", str(tmp_path / "x.txt")]) == 2
+    assert "--threads -1: must be >= 0 (0: TensorFlow's own default)" in capsys.readouterr().err
 
 
 def test_progress_bar_lines(tmp_path):
@@ -366,3 +372,55 @@ def test_cli_stop_rule(assets, tmp_path, capsys):
     assert "decode.stop_rule='first' must be one of 'bound', 'beam_finished'" in capsys.readouterr().err
     assert main(["translate", "--engine", "ctranslate2", "--model", str(tmp_path), "--stop-rule", "bound"]) == 2
     assert "--stop-rule bound: only for --engine tensorflow" in capsys.readouterr().err
+
+
+def test_model_translate_takes_the_stop_rule(tiny):
+    """``model.translate(..., stop_rule=...)`` and ``decoding.translate`` give what ``Translator``
+    (``tft translate``) gives with that rule, so a config's ``decode.stop_rule: beam_finished``
+    is reproducible from Python; the default is ``"bound"``, as ``Translator``'s."""
+    from tf_transformer.decoding import translate
+
+    model, tok = tiny
+    texts = toy_sentences(40)
+    settings = dict(beam_size=3, alpha=1.4, max_extra_length=8)
+    by_rule = {rule: Translator(model, tok, stop_rule=rule, **settings).translate(texts)[0]
+               for rule in ("bound", "beam_finished")}
+    assert by_rule["bound"] != by_rule["beam_finished"]  # the rule matters for these sentences
+    for rule, expected in by_rule.items():
+        assert model.translate(texts, tok, stop_rule=rule, **settings) == expected
+        assert translate(model, texts, tok, stop_rule=rule, **settings) == expected
+    assert model.translate(texts, tok, **settings) == by_rule["bound"]
+    assert model.translate(texts[0], tok, stop_rule="beam_finished", **settings) == by_rule["beam_finished"][0]
+    with pytest.raises(UserError, match="stop_rule='first'"):
+        model.translate(texts[:1], tok, stop_rule="first")
+
+
+def example_lines(doc):
+    """The lines of a docstring's ``Example::`` block as ``(code, shown)``: ``shown`` is the
+    value its ``#`` comment shows (the part before any ``:``), or None."""
+    block = textwrap.dedent(doc.split("Example::", 1)[1]).strip().splitlines()
+    for line in block:
+        code, _, comment = line.partition("#")
+        yield code.strip(), (comment.split(":")[0].strip() or None) if comment else None
+
+
+def test_translator_docstring_example_returns_what_it_shows(tiny):
+    """The ``Example::`` of ``Translator``'s docstring, run line by line on the tiny model: each
+    commented line's value has the shape its comment shows (the tiny model copies rather than
+    translating, so a list of translations is checked for its length and its empty strings)."""
+    model, tok = tiny
+    env = {"Translator": Translator, "model": model, "tok": tok}
+    shown = 0
+    for code, comment in example_lines(Translator.__doc__):
+        if comment is None:
+            exec(code, env)
+            continue
+        value, expected = eval(code, env), ast.literal_eval(comment)
+        if isinstance(expected, list):
+            assert isinstance(value, list) and len(value) == len(expected)
+            assert all(isinstance(v, str) for v in value)
+            assert [v == "" for v in value] == [e == "" for e in expected]
+        else:
+            assert value == expected
+        shown += 1
+    assert shown == 2

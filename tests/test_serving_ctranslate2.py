@@ -182,6 +182,34 @@ def test_per_sentence_length_limit(exported, tiny, sources):
     assert all(len(x) <= len(s) + 1 for x, s in zip(b, sources))
 
 
+def test_length_penalty_per_sentence_so_batching_does_not_matter(exported, tiny, sources):
+    """alpha > 0 under beam search: CTranslate2 takes one length_penalty per call, so each call
+    holds sources of one length, with that length's penalty; a sentence's translation (and its
+    score, up to float rounding) is then the same whatever the batch size and the other
+    sentences of its batch."""
+    tok = tiny[1]
+    texts = [" ".join(["a dog runs in the park with the ball"] * 4), "a cat.", "the girl sits on the red ball."]
+    mixed = tok.encode(texts) + sources[:60]
+    alone = CT2Translator(exported, tok, beam_size=4, alpha=2.0, batch_size=1)
+    expected = alone.translate_ids(mixed)[:2]
+    for batch_size in (7, 128):
+        theirs = CT2Translator(exported, tok, beam_size=4, alpha=2.0, batch_size=batch_size)
+        calls = []
+        real = theirs.engine
+
+        class Spy:
+            def translate_batch(self, tokens, **options):
+                calls.append(({len(t) for t in tokens}, options["length_penalty"]))
+                return real.translate_batch(tokens, **options)
+
+        theirs.engine = Spy()
+        outputs, scores, _ = theirs.translate_ids(mixed)
+        assert outputs == expected[0]
+        assert np.max(np.abs(np.array(scores) - np.array(expected[1]))) < 1e-4
+        assert all(len(lengths) == 1 for lengths, _ in calls)
+        assert all(penalty == ct2_length_penalty(2.0, n) for (n,), penalty in calls)
+
+
 def test_ct2_length_penalty():
     assert ct2_length_penalty(0.0, 12) == 0.0
     beta = ct2_length_penalty(0.6, 12)
@@ -192,12 +220,16 @@ def test_ct2_length_penalty():
     assert 0 < beta < 0.6
 
 
-def test_cli_export_and_translate(assets, tmp_path, capsys):
+def test_cli_export_and_translate(assets, tmp_path, capsys, monkeypatch):
     model_path, vocab_path = assets
     out = tmp_path / "cli_ct2"
-    assert main(["export", "--format", "ctranslate2", "--model", model_path, "--vocab", vocab_path,
-                 "--output", str(out), "--quantization", "int8"]) == 0
-    assert json.loads((out / EXPORT_INFO).read_text())["quantization"] == "int8"
+    with monkeypatch.context() as m:  # paths relative to the working directory are recorded absolute
+        m.chdir(os.path.dirname(model_path))
+        assert main(["export", "--format", "ctranslate2", "--model", os.path.basename(model_path), "--vocab",
+                     os.path.basename(vocab_path), "--output", str(out), "--quantization", "int8"]) == 0
+    info = json.loads((out / EXPORT_INFO).read_text())
+    assert info["quantization"] == "int8"
+    assert os.path.isabs(model_path) and (info["model"], info["vocab"]) == (model_path, vocab_path)
     # an existing directory is not replaced without --force
     capsys.readouterr()
     assert main(["export", "--format", "ctranslate2", "--model", model_path, "--vocab", vocab_path,
@@ -221,7 +253,28 @@ def test_cli_export_and_translate(assets, tmp_path, capsys):
     assert outputs["ctranslate2"][30] == ""  # the empty line stays empty
     capsys.readouterr()
     assert main(["translate", "--engine", "ctranslate2", "--model", str(f32), "--input", str(src), "--quiet"]) == 0
-    assert "--alpha 0" in capsys.readouterr().err  # alpha 0.6 is mapped, and it says so
+    err = capsys.readouterr().err
+    assert "--alpha 0" in err  # alpha 0.6 is mapped, and it says so
+    # the default decode.stop_rule (bound) cannot run in CTranslate2: the note and the summary say which rule ran
+    assert "cannot run our exact early stop: the default stop rule (bound) gives way to its rule here" in err
+    summary = err.strip().splitlines()[-1]
+    assert summary.startswith("tft translate: wrote 31 translations")
+    assert "beam 4, alpha 0.6, max +50 tokens, stopping at the beam-th ending (CTranslate2's rule)" in summary
+    ref = tmp_path / "ref.txt"
+    ref.write_text("\n".join(texts) + "\n")
+    assert main(["evaluate", "--engine", "ctranslate2", "--model", str(f32), "--source", str(src), "--reference",
+                 str(ref), "--json", str(tmp_path / "eval.json"), "--quiet"]) == 0
+    assert "stopping at the beam-th ending (CTranslate2's rule)" in capsys.readouterr().err
+    assert json.loads((tmp_path / "eval.json").read_text())["decode"]["stop_rule"] == "beam_finished"
+    # an explicit --stop-rule bound is refused, saying why
+    assert main(["translate", "--engine", "ctranslate2", "--model", str(f32), "--stop-rule", "bound",
+                 "--input", str(src)]) == 2
+    assert "CTranslate2's beam search has one stop rule" in capsys.readouterr().err
+    # --scores says that CTranslate2's scores at alpha > 0 are normalised its own way
+    with pytest.raises(SystemExit):
+        main(["translate", "--help"])
+    helptext = " ".join(capsys.readouterr().out.split())
+    assert "With --engine ctranslate2 and --alpha > 0 under beam search, CTranslate2's own normalisation" in helptext
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -247,6 +300,28 @@ def test_cli_translate_errors(assets, exported, tmp_path, capsys):
     for argv, message in cases:
         assert main(["translate", *argv, "--input", str(src)]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_docs_python_snippet_gives_our_translations(exported, tiny, capsys):
+    """The CTranslate2 snippet of docs/serving.md, run on the tiny export (``max_length`` 64):
+    it reads the limit from tft_export.json, so a source over the limit is cut as ours is, and
+    the output limit stays within the model's positions; it prints what our beam search gives
+    at alpha 0 (what the snippet's ``length_penalty=0`` is)."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "serving.md").read_text(encoding="utf-8")
+    blocks = [b.split("```", 1)[0] for b in doc.split("```python\n")[1:]]
+    (snippet,) = [b for b in blocks if "ctranslate2.Translator(" in b]
+    sentence = '"A dog runs through the grass."'
+    assert sentence in snippet
+    model, tok = tiny
+    texts = ["a dog runs in the park.", " ".join(["the girl plays with a red ball in the water"] * 8)]
+    assert len(tok.encode(texts[1:])[0]) > model.max_length
+    for text in texts:
+        exec(snippet.replace("export/ct2", exported).replace(sentence, repr(text)), {})
+        printed = capsys.readouterr().out.strip()
+        ours = Translator(model, tok, beam_size=4, alpha=0.0, max_extra_length=50).translate([text])[0][0]
+        assert printed == ours and printed
 
 
 def test_wrong_vocabulary_is_refused(exported, tmp_path):

@@ -152,22 +152,53 @@ def test_cli_export_refuses_to_overwrite(assets, tmp_path, capsys):
     assert main(["export", "--model", assets[0], "--vocab", assets[1], "--output", str(out), "--version", "0"]) == 2
 
 
-def test_export_json_records_every_version_and_the_served_one(assets, tmp_path, capsys):
+def test_export_json_records_every_version_and_the_served_one(assets, tmp_path, capsys, monkeypatch):
     """Exporting version 2 (greedy) and then version 1 (beam 2): the top of export.json is the
-    latest export, ``versions`` keeps both settings, ``served`` is the one TF Serving loads."""
+    latest export, ``versions`` keeps both settings, ``served`` is the one TF Serving loads.
+    The model and vocabulary, given relative to the working directory, are recorded absolute."""
     from tf_transformer.cli import main
 
     out = tmp_path / "m"
-    base = ["export", "--model", assets[0], "--vocab", assets[1], "--output", str(out), "--max-extra-len", "5"]
+    monkeypatch.chdir(os.path.dirname(assets[0]))
+    model, vocab = os.path.basename(assets[0]), os.path.basename(assets[1])
+    base = ["export", "--model", model, "--vocab", vocab, "--output", str(out), "--max-extra-len", "5"]
     assert main(base + ["--version", "2", "--beam", "1"]) == 0
     assert main(base + ["--version", "1", "--beam", "2"]) == 0
     info = json.loads((out / "export.json").read_text())
     assert info["version"] == 1 and info["decode"]["beam_size"] == 2 and info["served"] == 2
     assert list(info["versions"]) == ["1", "2"]
     assert [info["versions"][v]["decode"]["beam_size"] for v in ("1", "2")] == [2, 1]
-    assert info["versions"]["2"]["model"] == assets[0]
+    assert os.path.isabs(assets[0]) and info["versions"]["2"]["model"] == assets[0]
+    assert info["model"] == assets[0] and info["vocab"] == assets[1]
     # a version folder that export.json does not record (an older export) still counts for served
     (out / "7").mkdir()
     assert main(base + ["--version", "3", "--beam", "1"]) == 0
     info = json.loads((out / "export.json").read_text())
     assert info["served"] == 7 and list(info["versions"]) == ["1", "2", "3"]
+
+
+def test_whitespace_only_strings_translate_to_empty_as_in_tft_translate(assets):
+    """Every character ``str.isspace()`` calls whitespace, alone or in a run, gives "" (score 0)
+    through the ``translate`` signature, as through ``Translator`` (``tft translate`` tests
+    ``line.strip()``): NEL (U+0085) too, which SentencePiece reads as a token. Text around
+    such characters is translated, the same on both paths."""
+    import tensorflow as tf
+
+    from tf_transformer.decoding.translator import Translator, load_model, load_tokenizer
+    from tf_transformer.serving.export import build_module
+
+    model = load_model(assets[0])
+    tok = load_tokenizer(assets[1], model)
+    spaces = [chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()]
+    blank = spaces + ["".join(spaces), " \x85\u2028 ", "\x85\x85", ""]
+    texts = blank + ["a dog\x85", "\x85 the cat sits.", "\u200b", "\xad", "a\u3000ball."]
+    assert tok.encode(["\x85"])[0]  # not dropped by SentencePiece: the whitespace test must catch it
+    settings = dict(beam_size=2, alpha=0.6, max_extra_length=4)
+    served = build_module(model, tok, **settings).translate(tf.constant([t.encode("utf-8") for t in texts]))
+    got = [t.decode("utf-8") for t in served["translation"].numpy()]
+    ours, scores, _ = Translator(model, tok, **settings).translate(texts)
+    assert got == ours
+    assert got[: len(blank)] == [""] * len(blank)
+    assert served["scores"].numpy()[: len(blank)].tolist() == [0.0] * len(blank)
+    assert got[len(blank)] and got[len(blank) + 1]
+    np.testing.assert_allclose(served["scores"].numpy(), scores, atol=1e-3)

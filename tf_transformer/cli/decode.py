@@ -117,6 +117,8 @@ def build_translator(args):
         mark(args, "model and vocabulary")
         return cfg, decode, translator
     threads = getattr(args, "threads", None)
+    if threads is not None and threads < 0:
+        raise UserError(f"--threads {threads}: must be >= 0 (0: TensorFlow's own default)")
     if threads is None:  # the default: one decoding thread per usable core
         from tf_transformer.data.batching import usable_cores
 
@@ -190,8 +192,9 @@ def build_ct2_translator(args, decode, vocab):
     if args.xla:
         raise UserError("--xla: only for --engine tensorflow")
     if args.stop_rule == "bound":
-        raise UserError("--stop-rule bound: only for --engine tensorflow (CTranslate2's beam search stops a "
-                        "sentence once beam-size hypotheses have ended, as --stop-rule beam_finished does)")
+        raise UserError("--stop-rule bound: only for --engine tensorflow. CTranslate2's beam search has one stop "
+                        "rule: it stops a sentence once beam-size hypotheses have ended (--stop-rule beam_finished); "
+                        "it cannot run our exact early stop")
     tok = None
     if vocab:
         from tf_transformer.decoding.translator import load_tokenizer
@@ -206,13 +209,22 @@ def build_ct2_translator(args, decode, vocab):
               f"((5+|Y|)/6)^alpha; alpha {decode.alpha:g} is mapped to beta = alpha n/(5+n) for sources of n "
               f"tokens (beta {ct2_length_penalty(decode.alpha, 12):.3f} at n = 12). Pass --alpha 0 for outputs "
               "identical to --engine tensorflow.", file=sys.stderr)
+    if decode.beam_size > 1 and decode.stop_rule != "beam_finished":
+        what = "the config's decode.stop_rule" if args.config else "the default stop rule"
+        print(f"tft {args.command}: note: CTranslate2 stops a sentence once beam-size hypotheses have ended "
+              f"(--stop-rule beam_finished) and cannot run our exact early stop: {what} ({decode.stop_rule}) "
+              "gives way to its rule here (an explicit --stop-rule bound is refused)", file=sys.stderr)
+    decode.stop_rule = "beam_finished"  # what CTranslate2 does: summary lines and records say so
     return translator
 
 
-def describe(decode) -> str:
+def describe(decode, engine: str = "tensorflow") -> str:
+    """The decoding settings in a few words, for summary lines (``engine``: ``--engine``)."""
     if decode.beam_size == 1:
         return f"greedy, max +{decode.max_extra_length} tokens"
-    rule = ", stopping at the beam-th ending" if decode.stop_rule == "beam_finished" else ""
+    rule = ""
+    if decode.stop_rule == "beam_finished":
+        rule = ", stopping at the beam-th ending" + (" (CTranslate2's rule)" if engine == "ctranslate2" else "")
     return f"beam {decode.beam_size}, alpha {decode.alpha:g}, max +{decode.max_extra_length} tokens{rule}"
 
 
@@ -231,7 +243,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="write 'score<TAB>translation'. The score is the one the search ranks by: beam "
                              "search (--beam > 1): the length-normalised log-probability log P(Y|X) / "
                              "((5+|Y|)/6)^alpha, |Y| counting EOS; greedy (--beam 1): the total log-probability "
-                             "log P(Y|X)")
+                             "log P(Y|X). With --engine ctranslate2 and --alpha > 0 under beam search, CTranslate2's "
+                             "own normalisation, log P(Y|X) / |Y|^beta (beta mapped from alpha, docs/serving.md): "
+                             "not comparable with the scores of --engine tensorflow")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -283,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
         dest = args.output
     seconds = time.time() - start
     rate = stats.decoded / seconds if seconds > 0 else 0.0
-    print(f"tft translate: wrote {len(outputs):,} translations to {dest} ({describe(decode)}; "
+    print(f"tft translate: wrote {len(outputs):,} translations to {dest} ({describe(decode, args.engine)}; "
           f"{stats.output_tokens:,} output tokens, {seconds:.1f} s, {rate:.1f} sentences/s)", file=sys.stderr)
     if getattr(args, "_clock", None) is not None:
         mark(args, "writing")

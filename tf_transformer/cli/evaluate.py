@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         scores = evaluate_translations(hyps, refs, lang=lang)
     degenerate = degenerate_outputs(hyps, sources)
-    print(f"# {what}: {len(sources):,} sentences, {describe(decode)}")
+    print(f"# {what}: {len(sources):,} sentences, {describe(decode, args.engine)}")
     for line in format_scores(scores):
         print(line)
     print(degenerate.line())
@@ -181,5 +181,5 @@ def run(args: argparse.Namespace) -> int:
         wrote.append(f"scores to {args.json}")
     where = "; wrote " + " and ".join(wrote) if wrote else ""
     print(f"tft evaluate: sacreBLEU {scores['sacrebleu'].score:.2f} on {len(sources):,} sentences of {what} "
-          f"({describe(decode)}, {seconds:.1f} s){where}", file=sys.stderr)
+          f"({describe(decode, args.engine)}, {seconds:.1f} s){where}", file=sys.stderr)
     return 0

@@ -158,6 +158,9 @@ class Translator:
         ``TransformerHyperModel``'s tuner returns from ``get_best_models()``).
       tokenizer: a :class:`tf_transformer.data.Tokenizer` (``encode``/``decode``).
       beam_size, alpha, max_extra_length: decoding settings (``beam_size=1``: greedy).
+      stop_rule: when beam search stops a sentence (``decode.stop_rule``, ``tft translate
+        --stop-rule``): ``"bound"``, the exact early stop under the length penalty, or
+        ``"beam_finished"``, also once ``beam_size`` hypotheses have ended.
       batch_size: sentences per decoding batch (sorted by length first).
       jit_compile: compile the decoding graph with XLA (one compilation per batch shape).
       cached: use the key/value cache (``False`` only for comparisons).
@@ -169,7 +172,9 @@ class Translator:
     Example::
 
         tr = Translator(model, tok, beam_size=4, alpha=0.6)
-        tr.translate(["A dog runs.", ""])    # ["Ein Hund rennt.", ""]
+        translations, scores, stats = tr.translate(["A dog runs.", ""])
+        translations                          # ["Ein Hund rennt.", ""]
+        scores[1], stats.decoded              # (0.0, 1): the empty line is not decoded
     """
 
     def __init__(self, model, tokenizer, beam_size: int = 4, alpha: float = 0.6, max_extra_length: int = 50,
@@ -247,13 +252,15 @@ class Translator:
 
 
 def translate(model, texts: Sequence[str] | str, tokenizer, beam_size: int = 4, alpha: float = 0.6,
-              max_extra_length: int = 50, batch_size: int = 64) -> list[str] | str:
+              max_extra_length: int = 50, batch_size: int = 64, stop_rule: str = "bound") -> list[str] | str:
     """One call: translate ``texts`` (a list, or one string) with ``model`` (a Transformer or a
     model wrapping one) and its ``tokenizer``; returns the translations (a string for a string).
-    Also ``Transformer.translate(texts, tokenizer, ...)``. For many calls with one setting,
-    build a :class:`Translator` once (it compiles the decoding graph once)."""
+    The settings are :class:`Translator`'s (``stop_rule="beam_finished"`` for a config whose
+    ``decode.stop_rule`` says so, as ``tft translate`` reads it). Also
+    ``Transformer.translate(texts, tokenizer, ...)``. For many calls with one setting, build a
+    :class:`Translator` once (it compiles the decoding graph once)."""
     single = isinstance(texts, str)
     translator = Translator(model, tokenizer, beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length,
-                            batch_size=batch_size)
+                            batch_size=batch_size, stop_rule=stop_rule)
     outputs, _, _ = translator.translate([texts] if single else list(texts))
     return outputs[0] if single else outputs

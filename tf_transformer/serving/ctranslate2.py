@@ -40,7 +40,10 @@ Decoding differences, and what :class:`CT2Translator` does about them:
   With ``alpha = 0`` both are ``log P`` and the searches agree. For ``alpha > 0`` there is no
   exact equivalent; :func:`ct2_length_penalty` picks the exponent whose penalty has the same
   slope in ``log |Y|`` as GNMT's at the expected output length (the source length), the
-  nearest CTranslate2 setting, and ``tft translate`` says so on stderr.
+  nearest CTranslate2 setting, and ``tft translate`` says so on stderr. CTranslate2 takes one
+  ``length_penalty`` per call, so each call holds sentences of one source length: every
+  sentence gets the exponent of its own length, and its translation does not depend on the
+  batch size or on the other sentences of its batch.
 * **Minimum length.** CTranslate2 forbids EOS at the first step by default
   (``min_decoding_length = 1``); ours does not, so it is called with 0.
 * **Per-sentence length limit.** Ours stops each sentence at ``min(n + max_extra_length,
@@ -300,7 +303,8 @@ class CT2Translator:
       tokenizer: a :class:`tf_transformer.data.Tokenizer`; default: the ``sentencepiece.model``
         in ``model_dir``.
       beam_size, alpha, max_extra_length, batch_size: as for ``Translator``; ``alpha`` is
-        mapped by :func:`ct2_length_penalty` (exact for 0).
+        mapped by :func:`ct2_length_penalty` for each sentence's source length (exact for 0);
+        with ``alpha > 0`` and ``beam_size > 1`` a batch is decoded in one call per source length.
       threads: CPU threads of the one CTranslate2 worker (0: CTranslate2's default).
       compute_type: CTranslate2's ``compute_type`` (``"default"``: the exported weight type).
       device: ``"cpu"`` or ``"cuda"``.
@@ -341,19 +345,38 @@ class CT2Translator:
         except (RuntimeError, ValueError) as e:
             raise UserError(f"--model {model_dir}: CTranslate2 cannot load it ({e})") from None
 
-    def _options(self, width: int, max_length: int) -> dict:
+    def _options(self, source_length: int, max_length: int) -> dict:
         # greedy: ours ignores alpha and scores the total log-probability; CTranslate2 would
         # normalise its greedy scores too
-        penalty = ct2_length_penalty(self.alpha, width) if self.beam_size > 1 else 0.0
+        penalty = ct2_length_penalty(self.alpha, source_length) if self.length_dependent else 0.0
         return dict(beam_size=self.beam_size, length_penalty=penalty,
                     max_decoding_length=int(max_length), min_decoding_length=0, max_input_length=self.limit,
                     return_scores=True, num_hypotheses=1)
 
+    @property
+    def length_dependent(self) -> bool:
+        """Whether CTranslate2's ``length_penalty`` depends on the source length (beam search
+        with ``alpha > 0``): then each call decodes sentences of one source length only."""
+        return self.beam_size > 1 and self.alpha > 0
+
     def _decode(self, batch: list[list[int]]) -> list[tuple[list[int], float]]:
+        if not self.length_dependent:
+            return self._decode_call(batch)
+        groups: dict[int, list[int]] = {}
+        for i, s in enumerate(batch):
+            groups.setdefault(len(s), []).append(i)
+        out: list = [None] * len(batch)
+        for idx in groups.values():
+            for i, result in zip(idx, self._decode_call([batch[i] for i in idx])):
+                out[i] = result
+        return out
+
+    def _decode_call(self, batch: list[list[int]]) -> list[tuple[list[int], float]]:
+        """One ``translate_batch`` call (the sources all of one length when
+        :attr:`length_dependent`), and the sentences that ran past their own limit again alone."""
         limits = [min(len(s) + self.max_extra_length, self.limit) for s in batch]
-        width = sum(len(s) for s in batch) / len(batch)
         tokens = [[self.pieces[i] for i in s] for s in batch]
-        results = self.engine.translate_batch(tokens, **self._options(width, max(limits)))
+        results = self.engine.translate_batch(tokens, **self._options(len(batch[0]), max(limits)))
         out = []
         for s, toks, limit, r in zip(batch, tokens, limits, results):
             ids = [self.piece_ids.get(p, 1) for p in r.hypotheses[0]]

@@ -26,12 +26,18 @@ full model and ``DIR/ids_only`` the core-ops one. Decoding settings (beam size, 
 max extra length) are fixed at export time. Input rules are those of ``tft translate``:
 invalid UTF-8 bytes are replaced with U+FFFD in the graph, an empty or whitespace-only
 string gives an empty translation (score 0), sources are cut to the model's
-``max_length`` tokens, ids outside the vocabulary are read as ``<unk>``.
+``max_length`` tokens, ids outside the vocabulary are read as ``<unk>``. Whitespace is what
+Python's ``str.isspace()`` calls whitespace (``tft translate`` tests ``line.strip()``): the
+graph matches the text against a class of exactly those characters
+(:func:`whitespace_only_pattern`), NEL (U+0085) among them, which SentencePiece's
+normalisation does not drop.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import sys
 from pathlib import Path
 
 from tf_transformer.decoding.batches import check_stop_rule
@@ -40,6 +46,21 @@ from tf_transformer.io import atomic_path, atomic_write, check_writable, say, st
 from tf_transformer.serving.info import export_info
 
 IDS_ONLY_DIR = "ids_only"
+
+
+@functools.lru_cache(maxsize=1)
+def whitespace_only_pattern() -> str:
+    """An RE2 pattern (``tf.strings.regex_full_match``) that matches a string made only of
+    characters for which ``str.isspace()`` is true, the empty string included."""
+    spaces = [c for c in range(sys.maxunicode + 1) if chr(c).isspace()]
+    runs = []  # [first, last] code points of consecutive runs
+    for c in spaces:
+        if runs and runs[-1][1] == c - 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    ranges = "".join(f"\\x{{{a:x}}}" + (f"-\\x{{{b:x}}}" if b > a else "") for a, b in runs)
+    return f"[{ranges}]*"
 
 
 class VersionExists(UserError):
@@ -101,6 +122,8 @@ def _module_class():
         def _translate_text(self, text):
             text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace",
                                                 replacement_char=0xFFFD)
+            # whitespace-only (str.isspace) -> "", which tokenizes to no ids: an empty translation
+            text = tf.where(tf.strings.regex_full_match(text, whitespace_only_pattern()), "", text)
             tokens = self._tokenizer.tokenize(text)
             dense = tokens[:, : self._limit].to_tensor(default_value=0)
             result = self._translate_ids(dense)

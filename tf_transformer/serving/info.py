@@ -9,6 +9,7 @@ cannot drift apart; each format adds its own fields (signatures, quantization).
 
 from __future__ import annotations
 
+import os
 import time
 
 __all__ = ["export_info"]
@@ -19,12 +20,15 @@ def export_info(model, tokenizer, *, source: str, decode: dict | None, **fields)
 
     ``source``: where the model came from (the ``--model`` path); ``decode``: the decoding
     settings baked in or recommended (beam size, alpha, ...); ``fields``: format-specific
-    entries, placed before the common ones. The ids are the tokenizer's own.
+    entries, placed before the common ones. The ids are the tokenizer's own. The model and
+    vocabulary paths are recorded absolute, so the record names the same files from any
+    working directory.
     """
+    vocab = getattr(tokenizer, "model_path", None)
     info = dict(fields)
     info.update({
-        "model": source,
-        "vocab": getattr(tokenizer, "model_path", None),
+        "model": os.path.abspath(source) if source else source,
+        "vocab": os.path.abspath(vocab) if vocab else vocab,
         "vocab_size": int(model.vocab_size),
         "max_length": int(model.max_length),
         "ids": {"pad": 0, "unk": int(tokenizer.unk_id), "bos": int(tokenizer.bos_id),

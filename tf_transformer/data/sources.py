@@ -45,6 +45,7 @@ import numpy as np
 
 from tf_transformer.data.cache import Progress, cache_dir, disk_cache_get, disk_cache_put
 from tf_transformer.errors import DataError
+from tf_transformer.io import say
 
 SPLITS = ("train", "valid", "test")
 MULTI30K_FILES = {"train": "train", "valid": "val", "test": "test2016"}
@@ -174,6 +175,14 @@ class FileScan:
     path: str
     lines: int
     invalid_lines: int  # lines that are not valid UTF-8 (only counted with "replace")
+    carriage_returns: int = 0  # "\r" not followed by "\n": dropped by every reader (see _iter_lines)
+
+    def warn(self) -> None:
+        if self.carriage_returns:
+            say(f"data: warning: {self.path} has {self.carriage_returns:,} carriage return(s) (\\r) inside lines: "
+                "TensorFlow's line reader drops them, joining the text on either side, and so does every reader "
+                "of this package (training, vocabulary, references); if they separate words, replace them with "
+                "spaces (tr '\\r' ' ')")
 
 
 _SCAN_CACHE: dict = {}
@@ -197,14 +206,17 @@ def scan_text_file(path, invalid_utf8: str = "error", cache_dir=None) -> FileSca
     if key in _SCAN_CACHE:
         return _SCAN_CACHE[key]
     stored = disk_cache_get(cache_dir, "scan", key)
-    if stored is not None:
-        result = FileScan(str(path), int(stored["lines"]), int(stored["invalid_lines"]))
+    if stored is not None and "carriage_returns" in stored:
+        result = FileScan(str(path), int(stored["lines"]), int(stored["invalid_lines"]),
+                          int(stored["carriage_returns"]))
+        result.warn()
         _SCAN_CACHE[key] = result
         return result
     progress = Progress(f"data: checking {path} ({st.st_size / 1e6:,.0f} MB)", st.st_size, "bytes")
 
     lines = 0
     invalid = 0
+    returns = 0
 
     def check(chunk: bytes) -> int:
         try:
@@ -241,16 +253,19 @@ def scan_text_file(path, invalid_utf8: str = "error", cache_dir=None) -> FileSca
                 chunk, rest = block[: cut - 1], block[cut:]
                 invalid += check(chunk)
                 lines += chunk.count(b"\n") + 1
+                returns += chunk.count(b"\r") - chunk.count(b"\r\n") - chunk.endswith(b"\r")
                 progress.update(f.fileobj.tell() if hasattr(f, "fileobj") else f.tell())
             if rest:
                 invalid += check(rest)
                 lines += 1
+                returns += rest.count(b"\r") - rest.count(b"\r\n") - rest.endswith(b"\r")
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise DataError(f"cannot read {path}: {e}") from None
     progress.done()
-    result = FileScan(str(path), lines, invalid)
+    result = FileScan(str(path), lines, invalid, returns)
+    result.warn()
     _SCAN_CACHE[key] = result
-    disk_cache_put(cache_dir, "scan", key, {"lines": lines, "invalid_lines": invalid})
+    disk_cache_put(cache_dir, "scan", key, {"lines": lines, "invalid_lines": invalid, "carriage_returns": returns})
     return result
 
 
@@ -469,10 +484,18 @@ def _decode(raw: bytes, mode: str, where) -> str:
 
 
 def _iter_lines(path: Path, mode: str) -> Iterator[str]:
+    """The lines of ``path`` as ``tf.data.TextLineDataset`` reads them for training: split at
+    ``\n``, every ``\r`` dropped (its line reader drops them anywhere in a line, not only before
+    the newline), so that references, vocabulary and training see the same text; a UTF-8 byte
+    order mark at the start of the file is dropped too (SentencePiece drops it in training)."""
     with open_binary(path) as f:
         for i, raw in enumerate(f):
             if raw.endswith(b"\n"):
                 raw = raw[:-1]
+            if b"\r" in raw:
+                raw = raw.replace(b"\r", b"")
+            if i == 0 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
             yield _decode(raw, mode, f"{path}:{i + 1}")
 
 

@@ -386,3 +386,24 @@ def test_carriage_returns_and_byte_order_mark_read_alike_everywhere(tok, tmp_pat
     assert len(warnings) == 1 and "x.en has 1 carriage return(s)" in warnings[0]
     got = pairs_of(list(make_dataset(cfg, "valid", tok, training=False, verbose=False).as_numpy_iterator()))
     assert got == Counter(zip(map(tuple, tok.encode(src)), map(tuple, tok.encode(ref))))
+
+
+def test_a_huge_line_is_dropped_as_over_long_without_tokenizing_it(corpus, tok, tmp_path):
+    """One 300,000-character line: counted as too long and dropped, both in the counting pass and
+    in training, without a ragged row of its length (a 2-million-character one used to end in an
+    out-of-memory error while masking the batch)."""
+    en = write(tmp_path / "h.en", corpus["en"][:50] + ["word " * 60_000])
+    de = write(tmp_path / "h.de", corpus["de"][:51])
+    cfg = cfg_for(en, de, tokens_per_batch=512, max_length=40, stats_cache=False)
+    stats = dataset_statistics(cfg, "train", tok)
+    assert stats.pairs == 51 and stats.dropped_too_long >= 1 and stats.kept + stats.dropped_too_long == 51
+    assert stats.max_source_length <= 40
+    got = pairs_of(list(make_dataset(cfg, "valid", tok, training=False, verbose=False).as_numpy_iterator()))
+    assert sum(got.values()) == stats.kept and all(len(s) <= 40 for s, _ in got)
+    import tensorflow as tf
+
+    src, tgt = batching._tokenize_pairs(tok, replace_invalid=False, max_length=40)(
+        tf.constant(["A dog runs.", "word " * 60_000]), tf.constant(["Ein Hund rennt.", "Wort"]))
+    assert src[0].numpy().tolist() == tok.encode(["A dog runs."])[0]
+    assert src[1].numpy().tolist() == [1] * 42  # not tokenized: 42 <unk>, over the limit
+    assert tgt[1].numpy().tolist() == [2] + tok.encode(["Wort"])[0] + [3]

@@ -95,7 +95,7 @@ import numpy as np
 from tf_transformer.config import ConfigError
 from tf_transformer.data import prepared, sources
 from tf_transformer.data.cache import Progress, cache_dir, disk_cache_get, disk_cache_put, file_identity
-from tf_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from tf_transformer.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from tf_transformer.errors import DataError
 from tf_transformer.io import say
 
@@ -309,15 +309,37 @@ def _with_bos_eos(s, y):
     return s, tf.concat([bos, y, eos], axis=1)
 
 
-def _tokenize_pairs(tokenizer, replace_invalid: bool):
-    """Batched graph function: string pairs -> (ragged source ids, ragged BOS+y+EOS)."""
+#: A text of more than this many characters per token of ``max_length`` is over-long without
+#: tokenizing it (SentencePiece pieces hold 16 characters at most by default; only a run of
+#: whitespace, which normalisation folds into one, could pack more into a token).
+_CHARS_PER_TOKEN = 256
+
+
+def _tokenize_pairs(tokenizer, replace_invalid: bool, max_length: int):
+    """Batched graph function: string pairs -> (ragged source ids, ragged BOS+y+EOS).
+
+    A text longer than ``_CHARS_PER_TOKEN * (max_length + 1)`` characters is not tokenized: it
+    becomes ``max_length + 2`` ``<unk>`` ids, so the pair is dropped (and counted) as over-long
+    like any other, without a ragged row of its true length (one 2-million-character line made
+    the batch's masking allocate 2,000 x 2,000,001 ids)."""
     import tensorflow as tf
+
+    cap = _CHARS_PER_TOKEN * (max_length + 1)
+    over_length = max_length + 2
+
+    def tokenize(text):
+        over = tf.strings.length(text, unit="UTF8_CHAR") > cap
+        ids = tokenizer.tokenize(tf.where(over, "", text))
+        filler = tf.RaggedTensor.from_row_lengths(
+            tf.fill([tf.reduce_sum(tf.cast(over, tf.int64)) * over_length], tf.constant(UNK_ID, ids.dtype)),
+            tf.where(over, tf.constant(over_length, tf.int64), tf.constant(0, tf.int64)))
+        return tf.concat([ids, filler], axis=1)
 
     def fn(src, tgt):
         if replace_invalid:
             src = tf.strings.unicode_transcode(src, "UTF-8", "UTF-8", errors="replace")
             tgt = tf.strings.unicode_transcode(tgt, "UTF-8", "UTF-8", errors="replace")
-        return _with_bos_eos(tokenizer.tokenize(src), tokenizer.tokenize(tgt))
+        return _with_bos_eos(tokenize(src), tokenize(tgt))
 
     return fn
 
@@ -344,7 +366,7 @@ def token_batches(cfg, split: str, tokenizer, shuffle_files: bool = False, seed:
     pairs, _, _ = sources.pair_dataset(cfg, split, shuffle_files=shuffle_files, seed=seed, part=part, parts=parts)
     for index, count in line_shards:
         pairs = pairs.shard(count, index)
-    tokenize = _tokenize_pairs(tokenizer, replace_invalid=cfg.invalid_utf8 == "replace")
+    tokenize = _tokenize_pairs(tokenizer, replace_invalid=cfg.invalid_utf8 == "replace", max_length=cfg.max_length)
     return pairs.batch(_TOKENIZE_BATCH).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
 
 
@@ -407,7 +429,7 @@ def dataset_statistics(data_config, split: str, tokenizer, input_context=None, l
         _STATS_CACHE[memo] = stats
         return dataclasses.replace(stats)
     pairs_ds, n_pairs, _ = sources.pair_dataset(cfg, split)
-    tokenize = _tokenize_pairs(tokenizer, replace_invalid=cfg.invalid_utf8 == "replace")
+    tokenize = _tokenize_pairs(tokenizer, replace_invalid=cfg.invalid_utf8 == "replace", max_length=cfg.max_length)
     max_length = cfg.max_length
 
     def count(src, tgt):

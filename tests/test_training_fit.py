@@ -111,6 +111,7 @@ def test_mirrored_two_cpus_equals_one_device(tmp_path):
     assert r["accumulated_loss"] == pytest.approx(r["single_loss"], rel=1e-6)
     assert r["mirrored_accumulated_loss"] == pytest.approx(r["single_loss"], rel=1e-6)
     assert r["mirrored_accuracy"] == r["single_accuracy"]
+    assert r["missing_device"] == "device '/cpu:2' does not exist in this process (logical devices: /cpu:0, /cpu:1)"
     assert r["update_size"] > 1e-2  # SGD(1.0): the update is the gradient
     for key in ("weight_diff", "accumulated_weight_diff", "mirrored_accumulated_weight_diff"):
         assert r[key] < 1e-5 * max(1.0, r["update_size"]), key
@@ -490,3 +491,18 @@ train: {{train_steps: 2, steps_per_epoch: 2, warmup_steps: 2, strategy: default}
     line = next(x for x in err.splitlines() if x.startswith("data valid:"))
     assert "read 6 pairs" in line and "kept 5" in line and "1 longer than 24 tokens" in line
     assert line.endswith("(the validation loss is over the kept pairs)")
+
+
+@pytest.mark.parametrize("task, message", [
+    ({"type": "worker", "index": 2}, "TF_CONFIG: task index 2 is not one of 0..1 for the 2 'worker' task(s)"),
+    ({"type": "chief", "index": 0}, "TF_CONFIG: task type 'chief' is not in its cluster (worker)"),
+])
+def test_a_task_outside_its_tf_config_cluster_is_refused_before_waiting(monkeypatch, task, message):
+    """A task index past the cluster used to end in TensorFlow's ValueError traceback."""
+    from tf_transformer.errors import UserError
+    from tf_transformer.training.strategy import make_strategy
+
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+                                                "task": task}))
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make_strategy("multiworker")

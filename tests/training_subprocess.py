@@ -92,6 +92,13 @@ def mirrored(out):
                       mm_hist["eval_loss"][0]], "mirrored_accumulated_loss": mm_hist["loss"][0],
         "mirrored_accumulated_weight_diff": max_abs_difference(mm_after, s_after),
     }
+    from tf_transformer.errors import UserError
+
+    try:  # a device this process does not have: refused (it used to make a replica that never ran)
+        make_strategy("mirrored", ["/cpu:0", "/cpu:1", "/cpu:2"])
+        result["missing_device"] = "accepted"
+    except UserError as e:
+        result["missing_device"] = str(e)
     with open(out, "w") as f:
         json.dump(result, f)
 

@@ -82,13 +82,62 @@ def make_strategy(name: str = "auto", devices: Optional[list[str]] = None) -> tf
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "mirrored":
+        if devices:
+            _check_devices(devices)
         return tf.distribute.MirroredStrategy(devices)
     config = tf_config()
     if not config:
         raise UserError("the multiworker strategy needs TF_CONFIG, e.g. "
                         '{"cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]}, '
                         '"task": {"type": "worker", "index": 0}} (one process per worker)')
-    return tf.distribute.MultiWorkerMirroredStrategy()
+    return _join_cluster(config)
+
+
+def _check_devices(devices: list[str]) -> None:
+    """Every device of an explicit ``mirrored`` list exists (a missing one would make a replica
+    that never runs: training waits for it forever)."""
+    known = {(d.device_type, tf.DeviceSpec.from_string(d.name).device_index) for d in tf.config.list_logical_devices()}
+    for name in devices:
+        try:
+            spec = tf.DeviceSpec.from_string(name)
+        except (ValueError, TypeError) as e:
+            raise UserError(f"device {name!r}: not a device name ({e})") from None
+        if (str(spec.device_type or "").upper(), spec.device_index or 0) not in known:
+            have = ", ".join(sorted(f"/{t.lower()}:{i}" for t, i in known))
+            raise UserError(f"device {name!r} does not exist in this process (logical devices: {have})")
+
+
+def _join_cluster(config: dict) -> tf.distribute.Strategy:
+    """``MultiWorkerMirroredStrategy`` over ``config``'s cluster, after checking this task's
+    place in it. Creating it waits, inside TensorFlow, until every worker has started; Python's
+    signal handlers cannot run meanwhile, so SIGINT (Ctrl-C) keeps its default action (ending
+    the process, which has trained nothing yet) until it returns, and a line says what the
+    process waits for. SIGTERM is TensorFlow's during the wait (its preemption notifier takes it
+    over): it ends the process only once the cluster has formed."""
+    import signal
+
+    from tf_transformer.io import say
+
+    task = config.get("task") or {}
+    kind, index = task.get("type"), task.get("index")
+    members = (config.get("cluster") or {}).get(kind) if isinstance(kind, str) else None
+    if not members:
+        raise UserError(f"TF_CONFIG: task type {kind!r} is not in its cluster "
+                        f"({', '.join(sorted(config.get('cluster') or {})) or 'empty'})")
+    if not isinstance(index, int) or not 0 <= index < len(members):
+        raise UserError(f"TF_CONFIG: task index {index!r} is not one of 0..{len(members) - 1} for the "
+                        f"{len(members)} '{kind}' task(s) of its cluster")
+    size = _cluster_size(config)
+    say(f"train: {kind} {index} of a cluster of {size} (TF_CONFIG) at {members[index]}: waiting for every worker "
+        "to start (Ctrl-C ends this process at once until they have; TensorFlow holds SIGTERM back until then)")
+    handlers = {sig: signal.signal(sig, signal.SIG_DFL) for sig in (signal.SIGINT,)}
+    try:
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    except ValueError as e:
+        raise UserError(f"TF_CONFIG: {e}") from None
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 def resolve_strategy(strategy: Union[str, tf.distribute.Strategy, None], default: str = "auto",

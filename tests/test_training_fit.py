@@ -112,6 +112,10 @@ def test_mirrored_two_cpus_equals_one_device(tmp_path):
     assert r["mirrored_accumulated_loss"] == pytest.approx(r["single_loss"], rel=1e-6)
     assert r["mirrored_accuracy"] == r["single_accuracy"]
     assert r["missing_device"] == "device '/cpu:2' does not exist in this process (logical devices: /cpu:0, /cpu:1)"
+    # a budget too small per replica: refused before the run directory is made (it used to be found
+    # after a backup was written, leaving a run that refused the corrected rerun)
+    assert "data.tokens_per_batch=60 over 2 replicas leaves 30 per replica" in r["budget"]
+    assert r["budget_dir_left"] is False
     assert r["update_size"] > 1e-2  # SGD(1.0): the update is the gradient
     for key in ("weight_diff", "accumulated_weight_diff", "mirrored_accumulated_weight_diff"):
         assert r[key] < 1e-5 * max(1.0, r["update_size"]), key

@@ -99,6 +99,19 @@ def mirrored(out):
         result["missing_device"] = "accepted"
     except UserError as e:
         result["missing_device"] = str(e)
+    from helpers.synthetic import tiny_config
+
+    from tf_transformer.training.loop import train
+
+    budget_cfg = tiny_config(V)  # 60 tokens over 2 replicas: 30 each, under max_length 40
+    budget_cfg.data.tokens_per_batch, budget_cfg.data.max_length = 60, 40
+    budget_dir = os.path.join(os.path.dirname(out), "budget_run")
+    try:
+        train(budget_cfg, model_dir=budget_dir, strategy=mirrored_strategy)
+        result["budget"] = "accepted"
+    except UserError as e:
+        result["budget"] = str(e)
+    result["budget_dir_left"] = os.path.exists(budget_dir)
     with open(out, "w") as f:
         json.dump(result, f)
 

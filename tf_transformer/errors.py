@@ -42,3 +42,8 @@ class WriteError(UserError):
 
 class DamagedFileError(UserError):
     """A saved model, checkpoint or backup is truncated, unreadable or holds non-finite weights."""
+
+
+class ClusterError(UserError):
+    """A worker of a multi-worker run stopped or cannot be reached: not bad input, but a one-line
+    message says what happened and how to resume (rerun every worker), not a traceback."""

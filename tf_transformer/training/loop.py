@@ -39,8 +39,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import re
 import shutil
 import time
+import types
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
@@ -50,7 +52,7 @@ import tensorflow as tf
 
 from tf_transformer.compat import continuing_stream
 from tf_transformer.config import Config, ConfigError
-from tf_transformer.errors import DataError, UserError
+from tf_transformer.errors import ClusterError, DataError, UserError
 from tf_transformer.io import (
     MODEL_FILE,
     Heartbeat,
@@ -375,6 +377,10 @@ def _setup(config: Config, model_dir, strategy, tokenizer, need_tokenizer: bool,
                           "clock would stop it at a different step; set train.train_steps instead")
     own_dir = model_dir if info.is_chief else model_dir / "workers" / info.name
     cfg.validate(require_vocab=False)
+    if own_splits:  # our batches: each replica's share of the budget holds a pair of max_length (said before any file)
+        from tf_transformer.data.batching import per_replica_budget
+
+        per_replica_budget(cfg.data, types.SimpleNamespace(num_replicas_in_sync=strategy.num_replicas_in_sync))
     if cfg.data.source in ("text", "multi30k"):
         for split in own_splits:  # a missing valid_source said now, not after a vocabulary is built
             split_file_pairs(cfg.data, split)
@@ -392,6 +398,10 @@ def _setup(config: Config, model_dir, strategy, tokenizer, need_tokenizer: bool,
     for path in remove_stale_partials(own_dir, depth=3):
         log(f"train: removed {path}, left by a write that was killed")
     k = accumulation_steps_for(cfg.train.tokens_per_update, cfg.data.tokens_per_batch)
+    if cfg.train.tokens_per_update and k * cfg.data.tokens_per_batch != cfg.train.tokens_per_update:
+        log(f"train: note: train.tokens_per_update={cfg.train.tokens_per_update:,} is not a multiple of "
+            f"data.tokens_per_batch={cfg.data.tokens_per_batch:,}: {k} micro-batch(es) per update, "
+            f"{k * cfg.data.tokens_per_batch:,} tokens (the nearest multiple)")
     keras.utils.set_random_seed(cfg.train.seed)
     return _Run(cfg, model_dir, own_dir, strategy, info, multiworker, tokenizer, k, log)
 
@@ -639,6 +649,12 @@ def _fit(run: _Run, trainer: TrainingModel, steps: _Callbacks, train_fn, valid_f
                             callbacks=steps.all + lines, verbose=verbose)
         except tf.errors.DataLossError as e:  # a damaged file read in the middle of training
             raise _damaged_data(run.cfg, e) from None
+        except tf.errors.UnavailableError as e:
+            if not run.multiworker:
+                raise
+            detail = " ".join(re.sub(r"\{\{.*?\}\}", "", str(getattr(e, "message", e))).split())  # TF's node names
+            raise ClusterError(f"a worker of the cluster stopped or cannot be reached ({detail[:300]}); rerun every "
+                               "worker with the same command to continue from the last backup") from None
         for key, values in h.history.items():
             history.setdefault(key, []).extend(float(np.asarray(v).reshape(-1)[0]) for v in values)
         if steps.budget is not None and steps.budget.stopped:

@@ -115,6 +115,7 @@ def _join_cluster(config: dict) -> tf.distribute.Strategy:
     process waits for. SIGTERM is TensorFlow's during the wait (its preemption notifier takes it
     over): it ends the process only once the cluster has formed."""
     import signal
+    import threading
 
     from tf_transformer.io import say
 
@@ -130,14 +131,15 @@ def _join_cluster(config: dict) -> tf.distribute.Strategy:
     size = _cluster_size(config)
     say(f"train: {kind} {index} of a cluster of {size} (TF_CONFIG) at {members[index]}: waiting for every worker "
         "to start (Ctrl-C ends this process at once until they have; TensorFlow holds SIGTERM back until then)")
-    handlers = {sig: signal.signal(sig, signal.SIG_DFL) for sig in (signal.SIGINT,)}
+    main_thread = threading.current_thread() is threading.main_thread()  # where handlers can be set
+    handler = signal.signal(signal.SIGINT, signal.SIG_DFL) if main_thread else None
     try:
         return tf.distribute.MultiWorkerMirroredStrategy()
     except ValueError as e:
         raise UserError(f"TF_CONFIG: {e}") from None
     finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
+        if main_thread:
+            signal.signal(signal.SIGINT, handler)
 
 
 def resolve_strategy(strategy: Union[str, tf.distribute.Strategy, None], default: str = "auto",

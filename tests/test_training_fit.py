@@ -490,8 +490,12 @@ data: {{source: text, train_source: {corpus}/train.en, train_target: {corpus}/tr
         max_length: 24}}
 train: {{train_steps: 2, steps_per_epoch: 2, warmup_steps: 2, strategy: default}}
 """)
-    assert main(["train", "--config", str(config), "--model-dir", str(tmp_path / "run"), "--verbose", "0"]) == 0
+    assert main(["train", "--config", str(config), "--model-dir", str(tmp_path / "run"), "--verbose", "0",
+                 "--set", "train.tokens_per_update=300"]) == 0
     err = capsys.readouterr().err
+    # (and a tokens_per_update that is no multiple of tokens_per_batch is said, not silently rounded)
+    assert ("train: note: train.tokens_per_update=300 is not a multiple of data.tokens_per_batch=256: 1 "
+            "micro-batch(es) per update, 256 tokens (the nearest multiple)") in err
     line = next(x for x in err.splitlines() if x.startswith("data valid:"))
     assert "read 6 pairs" in line and "kept 5" in line and "1 longer than 24 tokens" in line
     assert line.endswith("(the validation loss is over the kept pairs)")

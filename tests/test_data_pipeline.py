@@ -285,6 +285,15 @@ def test_invalid_utf8_error_names_file_and_line_or_is_replaced_loudly(corpus, to
     assert sources_[12] == "A caf\ufffd with a \ufffd sign."
     # the graph replaced the bytes the same way (SentencePiece's normalizer then drops U+FFFD)
     assert got == Counter(zip(map(tuple, tok.encode(sources_)), map(tuple, tok.encode(corpus["de"][:20]))))
+    # building a vocabulary and preparing the corpus say so too
+    said = []
+    build_vocab(dataclasses.replace(cfg, vocab_size=60), tmp_path / "v", progress=said.append)
+    assert any("(1 lines with invalid UTF-8 replaced, U+FFFD)" in line for line in said), said
+    from tf_transformer.data.prepared import prepare
+
+    summary = prepare(dataclasses.replace(cfg, vocab_model=str(tmp_path / "v.model")), tmp_path / "prep",
+                      Tokenizer(str(tmp_path / "v.model")), log=lambda m: None)["summary"]
+    assert "1 train lines with invalid UTF-8 replaced (U+FFFD)" in summary
 
 
 def test_language_direction_is_a_config_value(corpus, tok):

@@ -405,5 +405,7 @@ def prepare(config, output, tokenizer, shards: int | None = None, seed: int | No
     summary = (f"wrote {folder}: {train['pairs']:,} training pairs ({train['dropped_empty']:,} empty dropped; "
                f"{tokens[0]:,} source + {tokens[1]:,} target tokens) in {len(train['files'])} shards"
                + "".join(f", {s} {e['pairs']:,} pairs" for s, e in splits.items() if s != "train")
+               + "".join(f"; {e['invalid_utf8_replaced']:,} {s} lines with invalid UTF-8 replaced (U+FFFD)"
+                         for s, e in splits.items() if e.get("invalid_utf8_replaced"))
                + f"; {size / 1e6:,.1f} MB in {seconds:.1f} s")
     return dict(manifest, summary=summary, seconds=seconds, bytes=size)

@@ -532,12 +532,14 @@ def read_parallel_text(config, split: str) -> tuple[list[str], list[str]]:
 
 
 def training_sentences_count(config) -> tuple[str, int]:
-    """(description, number of sentences) that :func:`iter_training_sentences` yields."""
+    """(description, number of sentences) that :func:`iter_training_sentences` yields; the
+    description says how many lines had invalid UTF-8 replaced, if any."""
     cfg = data_section(config)
     if cfg.source == "tfds":
         return describe(cfg, "train"), 2 * tfds_num_examples(cfg, "train")
-    _, counts, _ = check_split_files(cfg, "train")
-    return describe(cfg, "train"), 2 * sum(counts)
+    _, counts, replaced = check_split_files(cfg, "train")
+    note = f" ({replaced:,} lines with invalid UTF-8 replaced, U+FFFD)" if replaced else ""
+    return describe(cfg, "train") + note, 2 * sum(counts)
 
 
 def iter_training_sentences(config, selected=None) -> Iterator[str]:

@@ -1,6 +1,7 @@
 """The description both export formats write (export.json, tft_export.json)."""
 
 import json
+import os
 from types import SimpleNamespace
 
 from tf_transformer.serving.info import export_info
@@ -18,7 +19,7 @@ def test_ids_come_from_the_tokenizer_and_fields_are_json():
     info = export_info(model, tok, source="m.keras", decode=decode, format="ctranslate2", quantization="int8")
     assert info["ids"] == {"pad": 0, "unk": 7, "bos": 8, "eos": 9}
     assert (info["vocab_size"], info["max_length"], info["vocab"]) == (10000, 256, "/v/vocab.model")
-    assert info["case_markup"] is True and info["model"] == "m.keras"
+    assert info["case_markup"] is True and info["model"] == os.path.abspath("m.keras")  # absolute: read from anywhere
     assert (info["format"], info["quantization"]) == ("ctranslate2", "int8")
     assert info["decode"] == decode and info["decode"] is not decode  # a copy, not the caller's dict
     assert json.loads(json.dumps(info)) == info

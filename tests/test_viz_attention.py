@@ -130,6 +130,7 @@ def test_heatmap_and_line_labels_stay_readable(heads, tokens):
         assert min(sizes) >= 4.0
     columns = len({round(ax.get_position().x0, 3) for ax in panels})
     assert columns == (4 if tokens <= 30 else 2 if tokens == 64 else 1)
+    assert height <= (MAX_INCHES if columns == 4 else 4 * MAX_INCHES) + 1e-6
     plt.close(fig)
     fig = plot_lines(weights, pieces, pieces)
     texts = [t.get_fontsize() for t in fig.axes[0].texts if t.get_text().startswith("w")]

@@ -159,11 +159,13 @@ def plot_heatmaps(weights, query_tokens, key_tokens, title="", path=None, query_
     longest = max(len(query_tokens), len(key_tokens))
     natural = 0.22 * longest + 1.5  # a panel's side in inches, labels included (1 inch)
     readable = longest * HEATMAP_FONT / (0.7 * 72.0) + 1.0  # the side that keeps labels at HEATMAP_FONT
-    cols = min(n, 4)  # fewer columns (a taller figure) when four would shrink the labels below it
-    while cols > 1 and (MAX_INCHES - 0.8) / cols < min(natural, readable):  # 0.8: the colourbar
-        cols -= 1
+    cols, tallest = min(n, 4), MAX_INCHES  # 0.8 below: the colourbar
+    if readable <= MAX_INCHES - 0.8:  # fewer columns (a taller figure) keep the labels readable
+        while cols > 1 and (MAX_INCHES - 0.8) / cols < min(natural, readable):
+            cols -= 1
+        tallest = 4 * MAX_INCHES
     rows = (n + cols - 1) // cols
-    size = min(natural, (MAX_INCHES - 0.8) / cols, 4 * MAX_INCHES / rows)
+    size = min(natural, (MAX_INCHES - 0.8) / cols, tallest / rows)
     font = _font(size - 1.0, longest, HEATMAP_FONT)
     fig, axes = plt.subplots(rows, cols, figsize=(cols * size + 0.8, rows * size), squeeze=False)
     image = None

@@ -38,6 +38,13 @@ def _is_config(data: Any) -> bool:
     return hasattr(data, "tokens_per_batch") or hasattr(data, "data")
 
 
+def _unknown_fields(fields) -> list:
+    """The names among ``fields`` that are no ``DataConfig`` field, sorted."""
+    from tf_transformer.config import DataConfig
+
+    return sorted(set(fields) - {f.name for f in dataclasses.fields(DataConfig)})
+
+
 def pairs_config(pairs, **fields):
     """A text-source ``DataConfig`` whose every split is ``pairs`` (two lists of strings or two
     file paths); ``fields`` are other ``DataConfig`` fields (``tokens_per_batch``, ``max_length``...)."""
@@ -67,8 +74,7 @@ def pairs_config(pairs, **fields):
         for path, lines in zip(paths, (sources, targets)):
             with open(path, "w", encoding="utf-8") as f:
                 f.writelines(line.replace("\n", " ") + "\n" for line in lines)
-    known = {f.name for f in dataclasses.fields(DataConfig)}
-    unknown = sorted(set(fields) - known)
+    unknown = _unknown_fields(fields)
     if unknown:
         raise DataError(f"unknown DataConfig field(s) {', '.join(unknown)}")
     split_files = {f"{s}_{side}": p for s in ("train", "valid", "test") for side, p in zip(("source", "target"), paths)}
@@ -92,13 +98,12 @@ def make_dataset(data, split: str = "train", tokenizer=None, training: bool = Tr
         raise DataError("make_dataset needs tokenizer= (a tf_transformer.data.Tokenizer)")
     if _is_config(data):
         if fields:
-            section = getattr(data, "data", data)
-            unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(section)})
+            unknown = _unknown_fields(fields)
             if unknown:
                 raise ConfigError(f"make_dataset: {', '.join(unknown)} "
                                   f"{'is not a data field' if len(unknown) == 1 else 'are not data fields'} "
                                   "(see DataConfig)")
-            data = dataclasses.replace(section, **fields)
+            data = dataclasses.replace(getattr(data, "data", data), **fields)
         return from_config(data, split, tokenizer, training=training, input_context=input_context, seed=seed,
                            repeat=repeat, verbose=verbose, skip=skip)
     return from_config(pairs_config(data, **fields), split, tokenizer, training=training,

@@ -622,7 +622,7 @@ def test_keras_load_model_after_importing_the_package_only(assets):
     assert proc.stdout.split() == ["Transformer", "48"]
 
 
-def test_make_dataset_from_pairs_without_a_config(assets, tmp_path):
+def test_make_dataset_from_pairs_without_a_config(assets, tmp_path, capsys):
     from helpers.tiny_model import toy_sentences
 
     from tf_transformer.data import BOS_ID, EOS_ID, make_dataset
@@ -644,9 +644,15 @@ def test_make_dataset_from_pairs_without_a_config(assets, tmp_path):
     # the same pairs as files
     (tmp_path / "a.txt").write_text("\n".join(sources) + "\n")
     (tmp_path / "b.txt").write_text("\n".join(targets) + "\n")
+    capsys.readouterr()
     from_files = make_dataset((str(tmp_path / "a.txt"), str(tmp_path / "b.txt")), tokenizer=tok, training=False,
-                              tokens_per_batch=256, verbose=False)
+                              tokens_per_batch=256)
     assert sum(int(x[1].shape[0]) for x in from_files) == 50
+    # evaluation batches of pairs are not called the training data in the messages
+    said = "".join(capsys.readouterr())
+    assert "data valid: read 50 pairs" in said and "data train" not in said, said
+    make_dataset((sources, targets), tokenizer=tok, tokens_per_batch=256)
+    assert "data train: read 50 pairs" in "".join(capsys.readouterr())
     with pytest.raises(DataError, match="50 sources but 49 targets"):
         make_dataset((sources, targets[:-1]), tokenizer=tok)
 

@@ -83,14 +83,16 @@ def pairs_config(pairs, **fields):
     return cfg
 
 
-def make_dataset(data, split: str = "train", tokenizer=None, training: bool = True, input_context=None,
+def make_dataset(data, split: str | None = None, tokenizer=None, training: bool = True, input_context=None,
                  seed: int | None = None, repeat: bool | None = None, verbose: bool = True, skip: int = 0,
                  **fields):
     """Token-budget batches ``((source_ids, target_input_ids), target_output_ids)``.
 
-    ``data``: a ``DataConfig`` (or a whole ``Config``) and ``split`` of it; or ``pairs``
-    (see the module doc), with batching ``fields`` such as ``tokens_per_batch=2048``,
-    ``max_length=64``. The other arguments are those of
+    ``data``: a ``DataConfig`` (or a whole ``Config``) and ``split`` of it (default
+    ``"train"``); or ``pairs`` (see the module doc), with batching ``fields`` such as
+    ``tokens_per_batch=2048``, ``max_length=64``; pairs are every split at once, and
+    ``split`` only names them in the messages (default ``"train"`` for training batches,
+    ``"valid"`` for ``training=False``). The other arguments are those of
     :func:`tf_transformer.data.batching.make_dataset`."""
     from tf_transformer.data.batching import make_dataset as from_config
 
@@ -104,7 +106,9 @@ def make_dataset(data, split: str = "train", tokenizer=None, training: bool = Tr
                                   f"{'is not a data field' if len(unknown) == 1 else 'are not data fields'} "
                                   "(see DataConfig)")
             data = dataclasses.replace(getattr(data, "data", data), **fields)
-        return from_config(data, split, tokenizer, training=training, input_context=input_context, seed=seed,
-                           repeat=repeat, verbose=verbose, skip=skip)
+        return from_config(data, split or "train", tokenizer, training=training, input_context=input_context,
+                           seed=seed, repeat=repeat, verbose=verbose, skip=skip)
+    if split is None:
+        split = "train" if training else "valid"
     return from_config(pairs_config(data, **fields), split, tokenizer, training=training,
                        input_context=input_context, seed=seed, repeat=repeat, verbose=verbose, skip=skip)

@@ -397,6 +397,28 @@ def test_carriage_returns_and_byte_order_mark_read_alike_everywhere(tok, tmp_pat
     assert got == Counter(zip(map(tuple, tok.encode(src)), map(tuple, tok.encode(ref))))
 
 
+def test_nul_bytes_are_counted_with_their_first_line_and_warned_about(tok, tmp_path, capsys, monkeypatch):
+    """NUL bytes reach the tokenizer as <unk>: the scan says how many and where the first is,
+    also when lines cross the scan's read blocks (a 16-byte block here) and in a last line
+    without newline; a cached scan warns again; a file without NUL says nothing."""
+    from tf_transformer.data import UNK_ID
+
+    monkeypatch.setattr(sources, "_BLOCK", 16)
+    path = write(tmp_path / "n.en", [b"A dog runs in the park.\n", b"Two young\x00 men.\n", b"A cat.\n",
+                                     b"A \x00\x00bird"], raw=True)
+    scan = sources.scan_text_file(path, cache_dir=tmp_path / "cache")
+    assert (scan.lines, scan.nul_bytes, scan.first_nul_line) == (4, 3, 2)
+    said = capsys.readouterr().err
+    assert "n.en has 3 NUL byte(s) (\\0), the first on line 2" in said, said
+    sources._SCAN_CACHE.clear()
+    again = sources.scan_text_file(path, cache_dir=tmp_path / "cache")
+    assert again == scan and "3 NUL byte(s)" in capsys.readouterr().err
+    clean = sources.scan_text_file(write(tmp_path / "c.en", [b"A dog.\n", b"A cat.\n"], raw=True))
+    assert (clean.nul_bytes, clean.first_nul_line) == (0, 0) and "NUL" not in capsys.readouterr().err
+    # what the warning says happens to them
+    assert UNK_ID in tok.encode(["Two young\x00 men."])[0] and UNK_ID not in tok.encode(["Two young men."])[0]
+
+
 def test_a_huge_line_is_dropped_as_over_long_without_tokenizing_it(corpus, tok, tmp_path):
     """One 300,000-character line: counted as too long and dropped, both in the counting pass and
     in training, without a ragged row of its length (a 2-million-character one used to end in an

@@ -176,8 +176,14 @@ class FileScan:
     lines: int
     invalid_lines: int  # lines that are not valid UTF-8 (only counted with "replace")
     carriage_returns: int = 0  # "\r" not followed by "\n": dropped by every reader (see _iter_lines)
+    nul_bytes: int = 0  # "\0" bytes: SentencePiece reads each as an unknown piece
+    first_nul_line: int = 0  # 1-based line of the first "\0" (0: none)
 
     def warn(self) -> None:
+        if self.nul_bytes:
+            say(f"data: warning: {self.path} has {self.nul_bytes:,} NUL byte(s) (\\0), the first on line "
+                f"{self.first_nul_line:,}: the tokenizer reads each as <unk>, in training and translation alike; "
+                "if they are not meant to be there, remove them (tr -d '\\000')")
         if self.carriage_returns:
             say(f"data: warning: {self.path} has {self.carriage_returns:,} carriage return(s) (\\r) inside lines: "
                 "TensorFlow's line reader drops them, joining the text on either side, and so does every reader "
@@ -206,9 +212,9 @@ def scan_text_file(path, invalid_utf8: str = "error", cache_dir=None) -> FileSca
     if key in _SCAN_CACHE:
         return _SCAN_CACHE[key]
     stored = disk_cache_get(cache_dir, "scan", key)
-    if stored is not None and "carriage_returns" in stored:
+    if stored is not None and "nul_bytes" in stored:
         result = FileScan(str(path), int(stored["lines"]), int(stored["invalid_lines"]),
-                          int(stored["carriage_returns"]))
+                          int(stored["carriage_returns"]), int(stored["nul_bytes"]), int(stored["first_nul_line"]))
         result.warn()
         _SCAN_CACHE[key] = result
         return result
@@ -217,6 +223,8 @@ def scan_text_file(path, invalid_utf8: str = "error", cache_dir=None) -> FileSca
     lines = 0
     invalid = 0
     returns = 0
+    nuls = 0
+    first_nul = 0
 
     def check(chunk: bytes) -> int:
         try:
@@ -238,6 +246,16 @@ def scan_text_file(path, invalid_utf8: str = "error", cache_dir=None) -> FileSca
                 bad += 1
         return bad
 
+    def take(chunk: bytes) -> None:  # whole lines, without the last one's newline
+        nonlocal lines, invalid, returns, nuls, first_nul
+        invalid += check(chunk)
+        at = chunk.find(b"\0")
+        if at >= 0 and not first_nul:
+            first_nul = lines + chunk.count(b"\n", 0, at) + 1
+        nuls += chunk.count(b"\0")
+        lines += chunk.count(b"\n") + 1
+        returns += chunk.count(b"\r") - chunk.count(b"\r\n") - chunk.endswith(b"\r")
+
     try:
         with open_binary(path) as f:
             rest = b""
@@ -251,21 +269,18 @@ def scan_text_file(path, invalid_utf8: str = "error", cache_dir=None) -> FileSca
                     rest = block
                     continue
                 chunk, rest = block[: cut - 1], block[cut:]
-                invalid += check(chunk)
-                lines += chunk.count(b"\n") + 1
-                returns += chunk.count(b"\r") - chunk.count(b"\r\n") - chunk.endswith(b"\r")
+                take(chunk)
                 progress.update(f.fileobj.tell() if hasattr(f, "fileobj") else f.tell())
             if rest:
-                invalid += check(rest)
-                lines += 1
-                returns += rest.count(b"\r") - rest.count(b"\r\n") - rest.endswith(b"\r")
+                take(rest)
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise DataError(f"cannot read {path}: {e}") from None
     progress.done()
-    result = FileScan(str(path), lines, invalid, returns)
+    result = FileScan(str(path), lines, invalid, returns, nuls, first_nul)
     result.warn()
     _SCAN_CACHE[key] = result
-    disk_cache_put(cache_dir, "scan", key, {"lines": lines, "invalid_lines": invalid, "carriage_returns": returns})
+    disk_cache_put(cache_dir, "scan", key, {"lines": lines, "invalid_lines": invalid, "carriage_returns": returns,
+                                            "nul_bytes": nuls, "first_nul_line": first_nul})
     return result
 
 

@@ -274,8 +274,15 @@ def test_tf_data_service_on_loopback_yields_the_same_examples(corpus, tok):
 
 
 def test_an_unreachable_dispatcher_is_named_instead_of_waited_for(corpus, tok):
-    """TensorFlow waits for a dispatcher that does not answer without a word, forever."""
+    """TensorFlow waits for a dispatcher that does not answer without a word, forever: also
+    for an address where something else listens (this used to hang)."""
+    import http.server
     import socket
+    import threading
+
+    import tensorflow as tf
+
+    from tf_transformer.data.batching import check_dispatcher
 
     with socket.socket() as s:  # a loopback port that nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -284,6 +291,28 @@ def test_an_unreachable_dispatcher_is_named_instead_of_waited_for(corpus, tok):
     with pytest.raises(DataError, match=rf"data.service=grpc://127.0.0.1:{port}: no tf.data service dispatcher "
                                         rf"answers at 127.0.0.1:{port}"):
         make_dataset(cfg, "train", tok, repeat=False, verbose=False)
+    # something listens there, but it is not a dispatcher: a tf.data worker, a silent listener, HTTP/1
+    dispatcher = tf.data.experimental.service.DispatchServer()
+    worker = tf.data.experimental.service.WorkerServer(
+        tf.data.experimental.service.WorkerConfig(dispatcher_address=dispatcher.target.split("://")[1]))
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    web = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        check_dispatcher(dispatcher.target)  # the real one passes
+        for where, said in ((worker._address, "a gRPC server that is not a tf.data service dispatcher"),
+                            (f"127.0.0.1:{silent.getsockname()[1]}", "DEADLINE_EXCEEDED"),
+                            (f"127.0.0.1:{web.server_port}", "UNAVAILABLE")):
+            with pytest.raises(DataError, match=f"data.service={where}: .* is .*{said}.*data.service must name "
+                                                "the dispatcher"):
+                check_dispatcher(where, timeout=2.0)
+    finally:
+        web.shutdown()
+        silent.close()
+        worker.stop()
+        dispatcher.stop()
     # (a DataConfig made in Python is checked as a config file is: the config's own error)
     with pytest.raises(ConfigError, match="data.service='nowhere' must be a dispatcher address"):
         make_dataset(text_cfg(corpus, service="nowhere"), "train", tok, repeat=False, verbose=False)

@@ -771,11 +771,17 @@ def _greedy_batches(longest, budget: int):
     return tf.scan(step, longest, initializer=start)[:, 0]
 
 
+#: the dispatcher's cheapest call (tensorflow/core/data/service/dispatcher.proto): an empty request
+_DISPATCHER_PING = "/tensorflow.data.DispatcherService/GetVersion"
+
+
 @functools.lru_cache(maxsize=None)
 def check_dispatcher(address: str, timeout: float = 10.0) -> None:
-    """A TCP connection to the dispatcher at ``address`` (``[protocol://]host:port``), or a
-    :class:`DataError` naming it: TensorFlow itself waits for an unreachable dispatcher without
-    a word, forever. Checked once per address and process."""
+    """A tf.data service dispatcher answers at ``address`` (``[protocol://]host:port``), or a
+    :class:`DataError` says what answers instead: nothing (no listener), a gRPC server that is
+    not a dispatcher (a tf.data worker's address, say), or a program that does not speak gRPC.
+    TensorFlow itself waits for any of these without a word, forever. Checked once per address
+    and process: a TCP connection, then the dispatcher's ``GetVersion`` call."""
     import socket
 
     where = address.split("://", 1)[-1]
@@ -788,6 +794,24 @@ def check_dispatcher(address: str, timeout: float = 10.0) -> None:
         raise DataError(f"data.service={address}: no tf.data service dispatcher answers at {host}:{port} "
                         f"({e.strerror or e}); start one (tf.data.experimental.service.DispatchServer) or unset "
                         "data.service") from None
+    try:
+        import grpc  # a dependency of TensorFlow's
+    except ImportError:  # pragma: no cover - TensorFlow installs it
+        return
+    channel = grpc.insecure_channel(where)
+    try:
+        channel.unary_unary(_DISPATCHER_PING, request_serializer=bytes, response_deserializer=bytes)(
+            b"", timeout=timeout)
+    except grpc.RpcError as e:
+        if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+            what = "a gRPC server that is not a tf.data service dispatcher (a tf.data worker's address?)"
+        else:
+            what = (f"a program that does not answer as a tf.data service dispatcher within {timeout:g} s "
+                    f"(gRPC: {e.code().name}: {e.details()})")
+        raise DataError(f"data.service={address}: {host}:{port} is {what}; data.service must name the "
+                        "dispatcher (the DispatchServer's target)") from None
+    finally:
+        channel.close()
 
 
 def distribute_with_service(ds, data_config, split: str):

@@ -203,6 +203,37 @@ def test_multiworker_resume_after_a_kill_between_the_workers_backups(tmp_path):
 
 
 @pytest.mark.slow
+def test_multiworker_a_dead_peer_is_one_error_saying_to_rerun_every_worker(tmp_path):
+    """Worker 1 is killed (SIGKILL) once both train; the chief, whose collectives then fail,
+    ends with one ClusterError line saying what to do, not an UnavailableError traceback."""
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    procs = []
+    for index in range(2):
+        env = _env()
+        env["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        procs.append(subprocess.Popen(
+            [sys.executable, str(HELPER), "multiworker", str(tmp_path / f"worker{index}.json"), str(tmp_path / "run"),
+             "1000000"], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    try:
+        backup = tmp_path / "run" / "backup" / "latest.weights.h5"  # the chief's: both workers are past update 2
+        deadline = time.time() + 300
+        while not backup.is_file() and time.time() < deadline and all(p.poll() is None for p in procs):
+            time.sleep(0.1)
+        assert backup.is_file() and procs[0].poll() is None, procs[0].communicate(timeout=60)[0][-3000:]
+        procs[1].send_signal(signal.SIGKILL)
+        output = procs[0].communicate(timeout=240)[0]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert procs[0].returncode != 0
+    assert "ClusterError: a worker of the cluster stopped or cannot be reached" in output, output[-3000:]
+    assert "rerun every worker with the same command to continue from the last backup" in output
+    assert "UnavailableError" not in output, output[-3000:]
+
+
+@pytest.mark.slow
 def test_killed_run_resumes_at_last_backup(tmp_path):
     """SIGKILL a run between backups (every 10 updates); the rerun restarts at the backed-up
     update with the learning rate of that update and finishes at train_steps."""

@@ -204,6 +204,80 @@ def test_cli_translate_stdin_stdout(assets):
     assert 0 < first <= parts[5] + 0.01, line
 
 
+def _lines_of(stream):
+    """A queue that receives ``stream``'s lines as they come (``None`` at its end)."""
+    import queue
+    import threading
+
+    lines = queue.Queue()
+
+    def pump():
+        for line in iter(stream.readline, b""):
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+def test_cli_translate_stream_answers_each_line_before_the_next_is_written(assets, tmp_path, capsys):
+    """--stream on a pipe that stays open: each translation arrives while the process still
+    waits for the next line (the batch path waits for the input's end), and the outputs are
+    those of the batch path decoding one line at a time. At a terminal (a pty) streaming is the
+    default, a ready line says what to do, and Ctrl-D ends."""
+    import pty
+
+    from tf_transformer.cli import main
+
+    lines = [b"a dog runs.", b"the cat \xff sits.", b"", b"the girl plays in the water"]
+    flags = ["--model", assets[0], "--vocab", assets[1], "--beam", "2"]
+    (tmp_path / "in.txt").write_bytes(b"\n".join(lines) + b"\n")
+    assert main(["translate", *flags, "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "ref.txt"),
+                 "--batch-size", "1", "--quiet"]) == 0
+    want = [line + "\n" for line in (tmp_path / "ref.txt").read_text(encoding="utf-8").split("\n")[:-1]]
+    assert len(want) == 4 and want[2] == "\n" and all(want[i] != "\n" for i in (0, 1, 3))
+    assert main(["translate", *flags, "--stream", "--timings"]) == 2  # refused before the model loads
+    assert "--timings times the phases of a whole input" in capsys.readouterr().err
+
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    command = [sys.executable, "-m", "tf_transformer.cli", "translate", *flags, "--threads", "1"]
+    proc = subprocess.Popen([*command, "--stream"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    try:
+        out = _lines_of(proc.stdout)
+        got = []
+        for line in lines:
+            proc.stdin.write(line + b"\n")
+            proc.stdin.flush()
+            got.append(out.get(timeout=240).decode("utf-8"))  # before the next line exists
+        proc.stdin.close()
+        assert out.get(timeout=60) is None and proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = proc.stderr.read().decode()
+    assert got == want, err
+    assert "line 2 of <stdin> had invalid UTF-8" in err and "wrote 4 translations to stdout" in err
+    assert "line by line" in err and "ready" not in err  # a pipe: no prompt
+
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(command, stdin=terminal, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    os.close(terminal)
+    try:
+        said = _lines_of(proc.stderr)
+        ready = said.get(timeout=240).decode()
+        assert ready.startswith("tft translate: ready (beam 2,") and "Ctrl-D ends" in ready, ready
+        os.write(controller, b"a dog runs.\n")
+        assert proc.stdout.readline().decode() == want[0]
+        os.write(controller, b"\x04")  # Ctrl-D at the start of a line: the end of the input
+        assert proc.wait(timeout=60) == 0
+        assert "wrote 1 translations to stdout" in said.get(timeout=10).decode()
+    finally:
+        os.close(controller)
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_decoding_environment_only_for_the_decoding_commands_and_never_over_the_users():
     # quiet_environment(command) (run by main before anything imports TensorFlow): oneDNN off
     # for translate and evaluate, untouched for training, a user's own value kept; nothing at

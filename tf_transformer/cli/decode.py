@@ -28,6 +28,10 @@ input rules:
     its first max_length tokens (reported on stderr)
   - output lines match input lines one to one, in input order
   - at most (source tokens + --max-extra-len) output tokens, never more than max_length
+  - --stream (the default when stdin is a terminal): each line is translated and its
+    translation written (and flushed) as soon as the line is read, for interactive use and
+    pipes that stay open; otherwise the whole input is read first and decoded in batches of
+    similar length, which is faster for files
 
 environment:
   TF_ENABLE_ONEDNN_OPTS  set to 0 (TensorFlow's own CPU kernels, not oneDNN's) unless you set it:
@@ -231,10 +235,15 @@ def describe(decode, engine: str = "tensorflow") -> str:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (RULES + "\nexamples:\n"
                      "  echo 'A dog runs.' | tft translate --model runs/m30k      # the run directory of tft train\n"
-                     "  tft translate --model runs/m30k/averaged.keras --input test.en --output test.de\n")
+                     "  tft translate --model runs/m30k/averaged.keras --input test.en --output test.de\n"
+                     "  tft translate --model runs/m30k    # at a terminal: type a sentence, Enter; Ctrl-D ends\n")
     add_decode_arguments(parser)
     parser.add_argument("--input", default="-", help="input file, one sentence per line (default: - , stdin)")
     parser.add_argument("--output", default="-", help="output file (default: - , stdout)")
+    parser.add_argument("--stream", action="store_true",
+                        help="translate each line as soon as it is read and write its translation at once "
+                             "(flushed), for interactive use and pipes that stay open (the default when stdin is "
+                             "a terminal); without it the whole input is read first and decoded in batches")
     parser.add_argument("--timings", action="store_true",
                         help="print where the process's wall-clock time went on stderr: Python start-up, the "
                              "TensorFlow import, loading the model, tracing the decoding graph, decoding (and "
@@ -251,10 +260,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tf_transformer.decoding.translator import ProgressBar, read_lines
 
-    if args.input != "-" and not os.path.isfile(args.input):
+    if args.input != "-" and not os.path.exists(args.input):
         raise UserError(f"--input {args.input}: no such file")
+    if args.input != "-" and os.path.isdir(args.input):
+        raise UserError(f"--input {args.input}: a directory, not a text file")
+    if args.stream and args.timings:
+        raise UserError("--timings times the phases of a whole input (reading, decoding, writing); under --stream "
+                        "they interleave line by line: give one or the other")
     check_output_file(args.output, "--output")
+    stream = args.stream or (args.input == "-" and not args.timings and _is_terminal(sys.stdin))
     _, decode, translator = build_translator(args)  # fails on bad flags before reading stdin
+    if stream:
+        return _translate_stream(args, decode, translator)
     if getattr(args, "_clock", None) is not None and hasattr(translator, "trace"):
         translator.trace()  # otherwise the first batch traces: the same work, timed apart here
         mark(args, "tracing the decoding graph")
@@ -302,4 +319,67 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "_clock", None) is not None:
         mark(args, "writing")
         print(f"tft translate: timings: {args._clock.summary()}", file=sys.stderr)
+    return 0
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # replaced or closed stdin
+        return False
+
+
+def _translate_stream(args: argparse.Namespace, decode, translator) -> int:
+    """``--stream``: read a line, translate it, write the translation and flush; until the
+    input ends (Ctrl-D at a terminal). Same rules and outputs as the batch path, one line
+    per decoding batch."""
+    import gzip
+
+    from tf_transformer.data.sources import open_binary
+    from tf_transformer.decoding.translator import decode_line
+
+    if hasattr(translator, "trace"):
+        translator.trace()  # before the prompt, not in the first sentence's wait
+    where = "<stdin>" if args.input == "-" else args.input
+    dest = "stdout" if args.output == "-" else args.output
+    try:
+        source = sys.stdin.buffer if args.input == "-" else open_binary(args.input)
+    except OSError as e:
+        raise UserError(f"--input {args.input}: cannot read it ({e.strerror})") from None
+    try:
+        if args.output == "-":
+            sink = sys.stdout.buffer
+        else:
+            os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+            sink = gzip.open(args.output, "wb") if args.output.endswith(".gz") else open(args.output, "wb")
+    except OSError as e:
+        raise UserError(f"--output {args.output}: cannot write it ({e.strerror})") from None
+    if args.input == "-" and _is_terminal(sys.stdin) and not args.quiet:
+        print(f"tft translate: ready ({describe(decode, args.engine)}); type a sentence and press Enter; "
+              "Ctrl-D ends", file=sys.stderr)
+    count = tokens = 0
+    start = time.time()
+    try:
+        for number, raw in enumerate(iter(source.readline, b""), start=1):
+            line, valid = decode_line(raw)
+            if not valid:
+                print(f"tft translate: warning: line {number} of {where} had invalid UTF-8; bad bytes were replaced "
+                      "with U+FFFD", file=sys.stderr)
+            outputs, scores, stats = translator.translate([line])
+            if stats.truncated:
+                print(f"tft translate: warning: line {number} of {where} is longer than the model limit of "
+                      f"{translator.limit} tokens; it was cut to it", file=sys.stderr)
+            sink.write((f"{scores[0]:.4f}\t{outputs[0]}\n" if args.scores else outputs[0] + "\n").encode("utf-8"))
+            sink.flush()
+            count += 1
+            tokens += stats.output_tokens
+    except (gzip.BadGzipFile, EOFError) as e:
+        raise UserError(f"--input {args.input}: not a readable gzip file ({e})") from None
+    finally:
+        if source is not sys.stdin.buffer:
+            source.close()
+        if sink is not sys.stdout.buffer:
+            sink.close()
+    print(f"tft translate: wrote {count:,} translations to {dest} ({describe(decode, args.engine)}; {tokens:,} "
+          f"output tokens, {time.time() - start:.1f} s, line by line)", file=sys.stderr)
     return 0

@@ -93,14 +93,24 @@ def read_lines(data: bytes, where: str = "<stdin>") -> tuple[list[str], list[int
         raw.pop()
     lines, bad = [], []
     for i, line in enumerate(raw, start=1):
-        if line.endswith(b"\r"):
-            line = line[:-1]
-        try:
-            lines.append(line.decode("utf-8"))
-        except UnicodeDecodeError:
-            lines.append(line.decode("utf-8", errors="replace"))
+        text, valid = decode_line(line)
+        lines.append(text)
+        if not valid:
             bad.append(i)
     return lines, bad
+
+
+def decode_line(line: bytes) -> tuple[str, bool]:
+    """One raw input line (its ``\n`` or ``\r\n`` ending dropped) as text, invalid UTF-8
+    replaced with U+FFFD; and whether it was valid."""
+    if line.endswith(b"\n"):
+        line = line[:-1]
+    if line.endswith(b"\r"):
+        line = line[:-1]
+    try:
+        return line.decode("utf-8"), True
+    except UnicodeDecodeError:
+        return line.decode("utf-8", errors="replace"), False
 
 
 def set_cpu_threads(threads: int) -> None:

@@ -421,6 +421,29 @@ def test_n_best_one_same_best_in_fewer_steps(alpha):
         beam_search(markov_fn(random_table(0)), tf.constant([BOS]), {}, 6, 4, n_best=5)
 
 
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+def test_n_best_list_is_full_and_exact(alpha):
+    """An n-best list of an exhaustive search (beam 32 holds every live prefix) is the brute-
+    force ranking's first n_best, every slot filled: the search waits until n_best hypotheses
+    have finished, where it used to stop once nothing live could beat the worst *finished*
+    one, leaving slots empty that a worse hypothesis would still have filled."""
+    max_len, filled = 4, []
+    for seed in range(8):
+        table = random_table(seed)
+        expected = brute_force(table, alpha, max_len, tokens=[EOS, 4, 5])
+        for n_best in (3, 8):
+            ids, scores = beam_search(markov_fn(table), tf.constant([BOS]), {}, 6, beam_size=32, alpha=alpha,
+                                      max_decode_length=max_len, eos_id=EOS, n_best=n_best)
+            got = scores.numpy()[0, :n_best]
+            assert np.all(np.isfinite(got)), (seed, n_best, got)
+            np.testing.assert_allclose(got, [sc for sc, _ in expected[:n_best]], atol=1e-4)
+            score_of = {tuple(seq): sc for sc, seq in expected}
+            for sc, seq in zip(got, ids.numpy()[0, :n_best]):
+                assert score_of[tuple(strip(seq))] == pytest.approx(float(sc), abs=1e-4)
+            filled.append(int(np.isfinite(scores.numpy()[0]).sum()))
+    assert min(filled) >= 3
+
+
 @pytest.mark.parametrize("beam, alpha, message", [(0, 0.6, "beam_size=0: must be >= 1"),
                                                   (2, -0.5, "alpha=-0.5: must be >= 0")])
 def test_settings_are_checked_as_the_translators_check_them(beam, alpha, message):

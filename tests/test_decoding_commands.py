@@ -278,6 +278,50 @@ def test_cli_translate_stream_answers_each_line_before_the_next_is_written(asset
             proc.kill()
 
 
+def test_n_best_lists_start_with_the_one_best_translation(tiny, assets, tmp_path, capsys):
+    """Translator(n_best=3): per sentence up to 3 distinct translations, best first, the first
+    the 1-best translation with its score; an empty line gives [""]. tft translate --n-best
+    writes them as 'LINE ||| translation ||| score'; an n-best over the beam size, or with the
+    CTranslate2 engine, is refused before the model loads."""
+    from tf_transformer.cli import main
+    from tf_transformer.decoding.translator import translate
+
+    texts = toy_sentences(12, seed=9) + ["", "a dog runs in the park."]
+    one = Translator(*tiny, beam_size=4, alpha=0.6, max_extra_length=5)
+    best, best_scores, _ = one.translate(texts)
+    lists, scores, stats = Translator(*tiny, beam_size=4, alpha=0.6, max_extra_length=5, n_best=3).translate(texts)
+    assert len(lists) == len(texts) and stats.decoded == len(texts) - 1
+    assert lists[12] == [""] and scores[12] == [0.0]
+    for i in range(len(texts)):
+        if i == 12:
+            continue
+        assert 1 <= len(lists[i]) <= 3 and len(scores[i]) == len(lists[i])
+        assert lists[i][0] == best[i] and scores[i][0] == pytest.approx(best_scores[i], abs=1e-4)
+        assert scores[i] == sorted(scores[i], reverse=True)
+    assert sum(len(x) == 3 for x in lists) >= 10  # full lists, but where +5 tokens cut the search short
+    assert any(len(set(x)) > 1 for x in lists)  # different subword sequences, mostly different texts
+    assert translate(tiny[0], texts[:2], tiny[1], n_best=2, max_extra_length=5) == [x[:2] for x in lists[:2]]
+    with pytest.raises(UserError, match="n_best=5: must be between 1 and beam_size=4"):
+        Translator(*tiny, beam_size=4, n_best=5)
+
+    src = tmp_path / "in.txt"
+    src.write_text("a dog runs.\n\nthe girl plays\n")
+    out = tmp_path / "out.txt"
+    flags = ["translate", "--model", assets[0], "--vocab", assets[1], "--input", str(src), "--quiet"]
+    assert main([*flags, "--output", str(out), "--beam", "3", "--n-best", "2", "--max-extra-len", "5"]) == 0
+    rows = [line.split(" ||| ") for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r[0] for r in rows] == ["0", "0", "1", "2", "2"] and rows[2][1:] == ["", "0.0000"]
+    assert all(len(r) == 3 and float(r[2]) <= 0 for r in rows) and float(rows[0][2]) >= float(rows[1][2])
+    ref = tmp_path / "ref.txt"
+    assert main([*flags, "--output", str(ref), "--beam", "3", "--max-extra-len", "5"]) == 0
+    assert [rows[0][1], rows[3][1]] == [x for x in ref.read_text(encoding="utf-8").splitlines() if x]
+    capsys.readouterr()
+    assert main([*flags, "--beam", "2", "--n-best", "3"]) == 2
+    assert "--n-best 3: must be between 1 and the beam size (2; --beam)" in capsys.readouterr().err
+    assert main([*flags, "--engine", "ctranslate2", "--n-best", "2"]) == 2
+    assert "n-best lists come from --engine tensorflow only" in capsys.readouterr().err
+
+
 def test_decoding_environment_only_for_the_decoding_commands_and_never_over_the_users():
     # quiet_environment(command) (run by main before anything imports TensorFlow): oneDNN off
     # for translate and evaluate, untouched for training, a user's own value kept; nothing at

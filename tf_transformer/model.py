@@ -235,18 +235,19 @@ class Transformer(keras.Model):
         return {"encoder_self": enc, "decoder_self": [w[0] for w in dec], "decoder_cross": [w[1] for w in dec]}
 
     def translate(self, texts, tokenizer, beam_size: int = 4, alpha: float = 0.6, max_extra_length: int = 50,
-                  batch_size: int = 64, stop_rule: str = "bound"):
+                  batch_size: int = 64, stop_rule: str = "bound", n_best: int = 1):
         """Translate ``texts`` (a list of strings, or one string) with this model and its
         ``tokenizer`` (a :class:`tf_transformer.data.Tokenizer`): beam search as the paper
         (``beam_size=1``: greedy). ``stop_rule``: when beam search stops a sentence, as
         ``decode.stop_rule`` and ``tft translate --stop-rule`` (``"bound"``, the exact early
-        stop, or ``"beam_finished"``). Returns the translations. See
-        :func:`tf_transformer.decoding.translate`."""
+        stop, or ``"beam_finished"``). Returns the translations (``n_best > 1``: a list of
+        up to ``n_best``, best first, per text). See :func:`tf_transformer.decoding.translate`."""
         # The decoding layer sits above this module (and needs TensorFlow): it is found at run
         # time, so that importing the model stays keras.ops-only.
         decoding = importlib.import_module("tf_transformer.decoding.translator")
         return decoding.translate(self, texts, tokenizer, beam_size=beam_size, alpha=alpha,
-                                  max_extra_length=max_extra_length, batch_size=batch_size, stop_rule=stop_rule)
+                                  max_extra_length=max_extra_length, batch_size=batch_size, stop_rule=stop_rule,
+                                  n_best=n_best)
 
     # -- incremental decoding ---------------------------------------------------------
     def init_cache(self, memory, source_mask, max_length=None):

@@ -26,7 +26,8 @@ input rules:
   - an empty or whitespace-only line gives an empty output line
   - a line longer than the model's limit (model max_length subword tokens) is cut to
     its first max_length tokens (reported on stderr)
-  - output lines match input lines one to one, in input order
+  - output lines match input lines one to one, in input order (with --n-best N: up to N
+    lines per input line, each starting with its input line's 0-based number)
   - at most (source tokens + --max-extra-len) output tokens, never more than max_length
   - --stream (the default when stdin is a terminal): each line is translated and its
     translation written (and flushed) as soon as the line is read, for interactive use and
@@ -115,6 +116,12 @@ def build_translator(args):
     from tf_transformer.decoding.translator import Translator
 
     cfg, decode = decode_settings(args)
+    n_best = getattr(args, "n_best", 1)
+    if not 1 <= n_best <= decode.beam_size:
+        raise UserError(f"--n-best {n_best}: must be between 1 and the beam size ({decode.beam_size}; --beam): an "
+                        "n-best list comes from beam search with at least that many beams")
+    if n_best > 1 and getattr(args, "engine", "tensorflow") == "ctranslate2":
+        raise UserError("--n-best: n-best lists come from --engine tensorflow only")
     if getattr(args, "engine", "tensorflow") == "ctranslate2":
         vocab = args.vocab or (cfg.data.vocab_model if cfg is not None else None)
         translator = build_ct2_translator(args, decode, vocab)
@@ -134,7 +141,8 @@ def build_translator(args):
     mark(args, "model and vocabulary")
     translator = Translator(model, tok, beam_size=decode.beam_size, alpha=decode.alpha,
                             max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
-                            jit_compile=args.xla, workers=max(threads, 1), stop_rule=decode.stop_rule)
+                            jit_compile=args.xla, workers=max(threads, 1), stop_rule=decode.stop_rule,
+                            n_best=n_best)
     return cfg, decode, translator
 
 
@@ -255,6 +263,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "log P(Y|X). With --engine ctranslate2 and --alpha > 0 under beam search, CTranslate2's "
                              "own normalisation, log P(Y|X) / |Y|^beta (beta mapped from alpha, docs/serving.md): "
                              "not comparable with the scores of --engine tensorflow")
+    parser.add_argument("--n-best", type=int, default=1, metavar="N",
+                        help="write the N best translations of each line (N <= the beam size), best first, "
+                             "one per output line as 'LINE ||| translation ||| score' (LINE: the input line's "
+                             "0-based number; score as --scores; a line can have fewer than N when the search "
+                             "finishes fewer within the length limit); default 1: one translation per line")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -304,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"tft translate: warning: {stats.truncated} line(s) longer than the model limit of "
               f"{translator.limit} tokens were cut to it", file=sys.stderr)
 
-    text = "".join((f"{s:.4f}\t{o}\n" if args.scores else o + "\n") for o, s in zip(outputs, scores))
+    text = "".join(_output_lines(args, i, o, s) for i, (o, s) in enumerate(zip(outputs, scores)))
     if args.output == "-":
         sys.stdout.buffer.write(text.encode("utf-8"))
         sys.stdout.flush()
@@ -320,6 +333,14 @@ def run(args: argparse.Namespace) -> int:
         mark(args, "writing")
         print(f"tft translate: timings: {args._clock.summary()}", file=sys.stderr)
     return 0
+
+
+def _output_lines(args: argparse.Namespace, index: int, output, score) -> str:
+    """The output text of input line ``index`` (0-based): its translation, ``score<TAB>``
+    before it with ``--scores``, or its n-best list in lines ``index ||| translation ||| score``."""
+    if args.n_best > 1:
+        return "".join(f"{index} ||| {o} ||| {s:.4f}\n" for o, s in zip(output, score))
+    return f"{score:.4f}\t{output}\n" if args.scores else output + "\n"
 
 
 def _is_terminal(stream) -> bool:
@@ -369,7 +390,7 @@ def _translate_stream(args: argparse.Namespace, decode, translator) -> int:
             if stats.truncated:
                 print(f"tft translate: warning: line {number} of {where} is longer than the model limit of "
                       f"{translator.limit} tokens; it was cut to it", file=sys.stderr)
-            sink.write((f"{scores[0]:.4f}\t{outputs[0]}\n" if args.scores else outputs[0] + "\n").encode("utf-8"))
+            sink.write(_output_lines(args, number - 1, outputs[0], scores[0]).encode("utf-8"))
             sink.flush()
             count += 1
             tokens += stats.output_tokens

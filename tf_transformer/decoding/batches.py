@@ -62,7 +62,7 @@ def check_decode_settings(beam_size: int, alpha: float, max_extra_length: int, b
 
 def decode_in_batches(sources: Sequence[Sequence[int]], limit: int, batch_size: int, decode_batch: DecodeBatch,
                       progress: Callable[[int], None] | None = None, stats: TranslationStats | None = None,
-                      workers: int = 1) -> tuple[list[list[int]], list[float], TranslationStats]:
+                      workers: int = 1, n_best: int = 1) -> tuple[list, list, TranslationStats]:
     """Decode subword-id ``sources`` (no BOS/EOS) with ``decode_batch``; returns ``(outputs,
     scores, stats)`` in input order.
 
@@ -74,6 +74,11 @@ def decode_in_batches(sources: Sequence[Sequence[int]], limit: int, batch_size: 
     its own thread (for a ``decode_batch`` that releases the GIL); the results are collected
     in batch order, so they do not depend on ``workers``. ``stats``: the object to fill
     (e.g. a subclass with fields of the engine's own); default a new :class:`TranslationStats`.
+
+    ``n_best > 1``: ``decode_batch`` gives each row ``(ids [n, length], scores [n])``, best
+    first; each output is then a list of hypotheses and each score a list, without the slots
+    the search left empty (score ``-inf``); an empty source gives ``[[]]`` and ``[0.0]``.
+    ``stats.output_tokens`` counts the best hypotheses.
     """
     stats = TranslationStats() if stats is None else stats
     stats.sentences = len(sources)
@@ -84,8 +89,8 @@ def decode_in_batches(sources: Sequence[Sequence[int]], limit: int, batch_size: 
             stats.truncated += 1
             ids = ids[:limit]
         clipped.append(list(ids))
-    outputs: list[list[int]] = [[] for _ in clipped]
-    scores: list[float] = [0.0] * len(clipped)
+    outputs: list = [[] for _ in clipped] if n_best == 1 else [[[]] for _ in clipped]
+    scores: list = [0.0] * len(clipped) if n_best == 1 else [[0.0] for _ in clipped]
     todo = [i for i, ids in enumerate(clipped) if ids]
     skipped = len(clipped) - len(todo)
     if progress and skipped:
@@ -104,9 +109,12 @@ def decode_in_batches(sources: Sequence[Sequence[int]], limit: int, batch_size: 
     try:
         for idx, rows in (pool.map(decode, batches) if pool else map(decode, batches)):
             for i, (ids, score) in zip(idx, rows):
-                out = [int(t) for t in ids if t != 0]
-                outputs[i] = out
-                scores[i] = float(score)
+                if n_best == 1:
+                    outputs[i], scores[i] = _tokens(ids), float(score)
+                else:
+                    kept = [(_tokens(h), float(sc)) for h, sc in zip(ids, score) if sc != float("-inf")]
+                    outputs[i], scores[i] = [h for h, _ in kept], [sc for _, sc in kept]
+                out = outputs[i] if n_best == 1 else outputs[i][0]
                 stats.output_tokens += len(out)
                 stats.source_tokens += len(clipped[i])
             stats.batches += 1
@@ -120,11 +128,18 @@ def decode_in_batches(sources: Sequence[Sequence[int]], limit: int, batch_size: 
     return outputs, scores, stats
 
 
-def translate_texts(texts: Sequence[str], tokenizer, translate_ids, progress: Callable[[int], None] | None = None):
+def _tokens(ids) -> list[int]:
+    return [int(t) for t in ids if t != 0]
+
+
+def translate_texts(texts: Sequence[str], tokenizer, translate_ids, progress: Callable[[int], None] | None = None,
+                    n_best: int = 1):
     """Translate detokenized ``texts`` with ``translate_ids(sources, progress=...)`` (a
     translator's) and ``tokenizer``'s ``encode``/``decode``; returns ``(translations, scores,
     stats)``. Empty or whitespace-only texts are not encoded and give ``""``; a translation has
-    no CR or LF (each becomes a space), so one input line gives one output line."""
+    no CR or LF (each becomes a space), so one input line gives one output line. ``n_best > 1``:
+    ``translate_ids`` gives n-best lists (:func:`decode_in_batches`), and so does this: each
+    translation a list of strings, best first, each score a list."""
     texts = list(texts)
     nonempty = [i for i, t in enumerate(texts) if t.strip()]
     encoded = tokenizer.encode([texts[i] for i in nonempty]) if nonempty else []
@@ -132,6 +147,15 @@ def translate_texts(texts: Sequence[str], tokenizer, translate_ids, progress: Ca
     for i, ids in zip(nonempty, encoded):
         sources[i] = ids
     outputs, scores, stats = translate_ids(sources, progress=progress)
+    if n_best > 1:  # decoded as one flat list, then regrouped per sentence
+        flat = [hyp for hyps in outputs for hyp in hyps]
+        texts_flat = iter(_one_line(t) for t in (tokenizer.decode(flat) if flat else []))
+        grouped = [[next(texts_flat) for _ in hyps] for hyps in outputs]
+        return [g if sources[i] else [""] for i, g in enumerate(grouped)], scores, stats
     decoded = tokenizer.decode(outputs) if outputs else []
-    result = [text.replace("\r", " ").replace("\n", " ") if sources[i] else "" for i, text in enumerate(decoded)]
+    result = [_one_line(text) if sources[i] else "" for i, text in enumerate(decoded)]
     return result, scores, stats
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\r", " ").replace("\n", " ")

@@ -27,15 +27,16 @@ The search (section 4 of the paper, with Wu et al. 2016's length penalty):
   score are kept); the best ``beam`` candidates that do not end in EOS stay alive. Only
   EOS candidates within the first ``beam`` are finalised (as fairseq does): this makes
   ``beam_size=1, alpha=0`` exactly greedy decoding;
-* a sentence stops when it reaches its maximum length or, with ``stop_early``, when the best
-  score any live hypothesis could still reach, ``best live log-prob / lp(max length)``,
-  is below the worst score in its finished set. Log-probabilities only fall as a
-  hypothesis grows and ``lp`` only rises (``alpha >= 0``), so that bound is safe: no
-  live hypothesis can enter above any finished one, and in particular none can beat the
-  best. The loop ends when every sentence has stopped. A caller that needs only the
-  first ``n_best`` hypotheses exact (``translate_batch`` takes the best one) compares the
-  bound with the ``n_best``-th finished score instead, and stops sooner: with ``n_best=1``,
-  as soon as nothing live can beat the best finished hypothesis, which is then final;
+* a sentence stops when it reaches its maximum length or, with ``stop_early``, when its
+  finished set is full and the best score any live hypothesis could still reach,
+  ``best live log-prob / lp(max length)``, is below the worst score in it. Log-probabilities
+  only fall as a hypothesis grows and ``lp`` only rises (``alpha >= 0``), so that bound is
+  safe: no live hypothesis can enter the finished set any more, and in particular none can
+  beat the best. The loop ends when every sentence has stopped. A caller that needs only
+  the first ``n_best`` hypotheses (``translate_batch`` takes the best one, or an n-best
+  list) waits for ``n_best`` finished ones and compares the bound with the ``n_best``-th
+  score instead, and stops sooner: with ``n_best=1``, as soon as nothing live can beat the
+  best finished hypothesis, which is then final;
 * ``stop_rule="beam_finished"`` adds the rule of fairseq, OpenNMT and CTranslate2: a
   sentence also stops as soon as ``beam`` hypotheses have finished, whatever the live ones
   could still score. That search is not exact under the length penalty: with a large
@@ -79,7 +80,6 @@ __all__ = ["beam_search", "length_penalty"]
 SymbolsToLogitsFn = Callable[[tf.Tensor, tf.Tensor, Any], tuple[tf.Tensor, Any]]
 
 _NEG_INF = float("-inf")
-_POS_INF = float("inf")
 
 
 def length_penalty(length, alpha) -> tf.Tensor:
@@ -233,10 +233,10 @@ def beam_search(
       stop_early: stop a sentence as soon as no live hypothesis can reach a score above
         the worst finished one (exact; switch off only to test that claim).
       n_best: with ``stop_early``, how many of the returned hypotheses must be exact
-        (default ``beam_size``: all); the search stops as soon as no live hypothesis can
-        enter the first ``n_best``. Slots from ``n_best`` on are then only the best found
-        so far. ``n_best=1`` returns the same best hypothesis, with the same score, in
-        fewer steps.
+        (default ``beam_size``: all); the search stops as soon as ``n_best`` hypotheses
+        have finished and no live one can enter among them. Slots from ``n_best`` on are
+        then only the best found so far. ``n_best=1`` returns the same best hypothesis, with
+        the same score, in fewer steps.
       pad_id: the id written after EOS.
       sentence_cache: optional nested tensors, leaves ``[batch, ...]``, the same for every
         hypothesis of a sentence: passed to the function repeated ``beam_size`` times
@@ -254,8 +254,8 @@ def beam_search(
       initial id in column 0, the generated tokens (EOS included when produced) and
       ``pad_id`` after them; ``scores`` float32 ``[batch, beam]``, length-normalised
       log-probabilities, best first. Slot 0 is the result. Early stopping can end a
-      sentence before ``beam`` hypotheses were finalised: the empty slots come last with
-      score ``-inf`` (the filled ones are the exact top of the search).
+      sentence before ``beam`` hypotheses were finalised (past ``n_best``, or at the length
+      limit): the empty slots come last with score ``-inf``.
     """
     check_beam_settings(beam_size, alpha)
     check_stop_rule(stop_rule)
@@ -360,11 +360,10 @@ def beam_search(
         new_done = done | reached[:, 0]
         if stop_early:
             best_possible = tf.reduce_max(new_alive_log_probs, axis=1) / max_lp
-            # the finished set is sorted best first: the bar is its n_best-th (or last) entry
-            bar = tf.reduce_min(
-                tf.where(new_finished_flags[:, :n_best], new_finished_scores[:, :n_best], _POS_INF), axis=1
-            )
-            hopeless = tf.reduce_any(new_finished_flags, axis=1) & (best_possible < bar)
+            # the finished set is sorted best first: the bar is its n_best-th entry; while that
+            # slot is empty, any live hypothesis can still fill it
+            bar = tf.where(new_finished_flags[:, n_best - 1], new_finished_scores[:, n_best - 1], _NEG_INF)
+            hopeless = (best_possible < bar) | tf.equal(best_possible, _NEG_INF)  # or nothing is live
             new_done = new_done | hopeless
         if stop_rule == "beam_finished":
             new_done = new_done | tf.reduce_all(new_finished_flags, axis=1)

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from tf_transformer.decoding.beam_search import beam_search
 from tf_transformer.decoding.greedy import greedy_search
+from tf_transformer.errors import UserError
 
 __all__ = [
     "cached_decoder",
@@ -175,6 +176,7 @@ def translate_batch(
     stop_early: bool = True,
     static_cache: bool | None = None,
     stop_rule: str = "bound",
+    n_best: int = 1,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Translate a padded batch of source ids.
 
@@ -197,6 +199,11 @@ def translate_batch(
       static_cache: preallocated key/value buffers (``True``) or ones that grow per step
         (``False``); default: preallocated only inside an XLA-compiled function (see
         :func:`cached_decoder`). The outputs are the same.
+      n_best: hypotheses returned per sentence, best first (beam search only; at most
+        ``beam_size``). The search runs until that many have finished and none can be
+        displaced (see :mod:`tf_transformer.decoding.beam_search`), so slot 0 is the 1-best
+        translation; a slot the search could not fill (every hypothesis reached the length
+        limit) has score ``-inf``.
 
     The padding and BOS ids are never written (a model trained with label smoothing gives
     them a small probability; their log-probability is set to ``-inf`` after the softmax, so
@@ -206,8 +213,13 @@ def translate_batch(
       ``(target_ids, scores)``: int32 ``[batch, max_decode_length]`` with the generated
       tokens, no BOS, EOS and everything after it replaced by pad (0); float32 ``[batch]``
       scores: length-normalised log-probability for beam search, total log-probability for
-      greedy decoding.
+      greedy decoding. With ``n_best > 1``: ``[batch, n_best, max_decode_length]`` and
+      ``[batch, n_best]``.
     """
+    n_best = int(n_best)
+    if not 1 <= n_best <= max(int(beam_size), 1):
+        raise UserError(f"n_best={n_best}: must be between 1 and the beam size ({beam_size}); an n-best list "
+                        "needs beam search with at least that many beams")
     source_ids = tf.cast(tf.convert_to_tensor(source_ids), tf.int32)
     limit = model_limit(model)
     pad_id = int(getattr(model, "pad_id", 0))
@@ -240,7 +252,12 @@ def translate_batch(
     else:
         ids, scores = beam_search(fn, initial_ids, cache, int(model.vocab_size), int(beam_size), alpha,
                                   max_decode_length, eos_id, max_lengths=max_lengths,
-                                  stop_early=stop_early, pad_id=pad_id, n_best=1, sentence_cache=sentence,
+                                  stop_early=stop_early, pad_id=pad_id, n_best=n_best, sentence_cache=sentence,
                                   drop_finished=drop, stop_rule=stop_rule, never_ids=never)
+        if n_best > 1:
+            ids, scores = ids[:, :n_best, 1:], scores[:, :n_best]
+            width = tf.shape(ids)[2]
+            flat = strip_after_eos(tf.reshape(ids, [-1, width]), eos_id, pad_id)
+            return tf.reshape(flat, [-1, n_best, width]), scores
         ids, scores = ids[:, 0], scores[:, 0]
     return strip_after_eos(ids[:, 1:], eos_id, pad_id), scores

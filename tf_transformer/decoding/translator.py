@@ -174,6 +174,10 @@ class Translator:
       batch_size: sentences per decoding batch (sorted by length first).
       jit_compile: compile the decoding graph with XLA (one compilation per batch shape).
       cached: use the key/value cache (``False`` only for comparisons).
+      n_best: translations per sentence (at most ``beam_size``). With ``n_best > 1``,
+        ``translate`` gives each sentence a list of translations, best first, and a list of
+        scores (the first is the 1-best translation; a list is shorter when the search could
+        finish fewer hypotheses within the length limit).
       workers: batches decoded at once, each from its own Python thread (TensorFlow
         releases the GIL while it runs them); with :func:`set_cpu_threads` of the same number,
         each batch runs on one core. Every batch is decoded as it is alone: the outputs do
@@ -189,7 +193,7 @@ class Translator:
 
     def __init__(self, model, tokenizer, beam_size: int = 4, alpha: float = 0.6, max_extra_length: int = 50,
                  batch_size: int = 64, jit_compile: bool = False, cached: bool = True, workers: int = 1,
-                 stop_rule: str = "bound"):
+                 stop_rule: str = "bound", n_best: int = 1):
         import tensorflow as tf
 
         from tf_transformer.decoding.model_fns import model_limit, translate_batch
@@ -200,6 +204,10 @@ class Translator:
         batches.check_stop_rule(stop_rule)
         if workers < 1:
             raise UserError(f"workers={workers}: must be >= 1")
+        if not 1 <= n_best <= beam_size:
+            raise UserError(f"n_best={n_best}: must be between 1 and beam_size={beam_size} (an n-best list needs "
+                            "beam search with at least that many beams)")
+        self.n_best = int(n_best)
         self.workers = int(workers)
         self.model = model
         self.tokenizer = tokenizer
@@ -215,7 +223,7 @@ class Translator:
         def decode(source_ids):
             return translate_batch(model, source_ids, beam_size=self.beam_size, alpha=self.alpha,
                                    max_extra_length=self.max_extra_length, bos_id=bos, eos_id=eos, cached=cached,
-                                   stop_rule=self.stop_rule)
+                                   stop_rule=self.stop_rule, n_best=self.n_best)
 
         # autograph=False: the decoding code writes its loops with tf.while_loop/tf.cond itself,
         # and converting the Keras layers' Python for nothing took most of the tracing time
@@ -240,7 +248,7 @@ class Translator:
         input order; outputs have no BOS/EOS/pad. Empty sources give ``[]`` (score 0)
         (:func:`tf_transformer.decoding.batches.decode_in_batches`)."""
         return batches.decode_in_batches(sources, self.limit, self.batch_size, self._decode_rows, progress=progress,
-                                 workers=self.workers)
+                                         workers=self.workers, n_best=self.n_best)
 
     def _decode_rows(self, rows: list[list[int]]) -> list[tuple]:
         """One batch: ``rows`` padded to a common width (bucketed under XLA), decoded by the graph."""
@@ -258,19 +266,21 @@ class Translator:
                   ) -> tuple[list[str], list[float], TranslationStats]:
         """Translate detokenized sentences; returns ``(translations, scores, stats)``
         (:func:`tf_transformer.decoding.batches.translate_texts`)."""
-        return batches.translate_texts(texts, self.tokenizer, self.translate_ids, progress=progress)
+        return batches.translate_texts(texts, self.tokenizer, self.translate_ids, progress=progress,
+                                       n_best=self.n_best)
 
 
 def translate(model, texts: Sequence[str] | str, tokenizer, beam_size: int = 4, alpha: float = 0.6,
-              max_extra_length: int = 50, batch_size: int = 64, stop_rule: str = "bound") -> list[str] | str:
+              max_extra_length: int = 50, batch_size: int = 64, stop_rule: str = "bound", n_best: int = 1):
     """One call: translate ``texts`` (a list, or one string) with ``model`` (a Transformer or a
-    model wrapping one) and its ``tokenizer``; returns the translations (a string for a string).
+    model wrapping one) and its ``tokenizer``; returns the translations (a string for a string;
+    with ``n_best > 1``, a list of translations, best first, for each).
     The settings are :class:`Translator`'s (``stop_rule="beam_finished"`` for a config whose
     ``decode.stop_rule`` says so, as ``tft translate`` reads it). Also
     ``Transformer.translate(texts, tokenizer, ...)``. For many calls with one setting, build a
     :class:`Translator` once (it compiles the decoding graph once)."""
     single = isinstance(texts, str)
     translator = Translator(model, tokenizer, beam_size=beam_size, alpha=alpha, max_extra_length=max_extra_length,
-                            batch_size=batch_size, stop_rule=stop_rule)
+                            batch_size=batch_size, stop_rule=stop_rule, n_best=n_best)
     outputs, _, _ = translator.translate([texts] if single else list(texts))
     return outputs[0] if single else outputs

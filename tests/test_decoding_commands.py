@@ -225,6 +225,7 @@ def test_cli_translate_stream_answers_each_line_before_the_next_is_written(asset
     waits for the next line (the batch path waits for the input's end), and the outputs are
     those of the batch path decoding one line at a time. At a terminal (a pty) streaming is the
     default, a ready line says what to do, and Ctrl-D ends."""
+    import gzip
     import pty
 
     from tf_transformer.cli import main
@@ -238,6 +239,10 @@ def test_cli_translate_stream_answers_each_line_before_the_next_is_written(asset
     assert len(want) == 4 and want[2] == "\n" and all(want[i] != "\n" for i in (0, 1, 3))
     assert main(["translate", *flags, "--stream", "--timings"]) == 2  # refused before the model loads
     assert "--timings times the phases of a whole input" in capsys.readouterr().err
+    # a file in, a gzip file out, line by line: the same text
+    assert main(["translate", *flags, "--stream", "--input", str(tmp_path / "in.txt"), "--output",
+                 str(tmp_path / "s.txt.gz")]) == 0
+    assert gzip.decompress((tmp_path / "s.txt.gz").read_bytes()).decode("utf-8") == "".join(want)
 
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     command = [sys.executable, "-m", "tf_transformer.cli", "translate", *flags, "--threads", "1"]

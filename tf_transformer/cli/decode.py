@@ -4,6 +4,7 @@ arguments ``tft evaluate`` and ``tft export`` share."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -363,44 +364,41 @@ def _translate_stream(args: argparse.Namespace, decode, translator) -> int:
         translator.trace()  # before the prompt, not in the first sentence's wait
     where = "<stdin>" if args.input == "-" else args.input
     dest = "stdout" if args.output == "-" else args.output
-    try:
-        source = sys.stdin.buffer if args.input == "-" else open_binary(args.input)
-    except OSError as e:
-        raise UserError(f"--input {args.input}: cannot read it ({e.strerror})") from None
-    try:
-        if args.output == "-":
-            sink = sys.stdout.buffer
-        else:
-            os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-            sink = gzip.open(args.output, "wb") if args.output.endswith(".gz") else open(args.output, "wb")
-    except OSError as e:
-        raise UserError(f"--output {args.output}: cannot write it ({e.strerror})") from None
-    if args.input == "-" and _is_terminal(sys.stdin) and not args.quiet:
-        print(f"tft translate: ready ({describe(decode, args.engine)}); type a sentence and press Enter; "
-              "Ctrl-D ends", file=sys.stderr)
     count = tokens = 0
-    start = time.time()
-    try:
-        for number, raw in enumerate(iter(source.readline, b""), start=1):
-            line, valid = decode_line(raw)
-            if not valid:
-                print(f"tft translate: warning: line {number} of {where} had invalid UTF-8; bad bytes were replaced "
-                      "with U+FFFD", file=sys.stderr)
-            outputs, scores, stats = translator.translate([line])
-            if stats.truncated:
-                print(f"tft translate: warning: line {number} of {where} is longer than the model limit of "
-                      f"{translator.limit} tokens; it was cut to it", file=sys.stderr)
-            sink.write(_output_lines(args, number - 1, outputs[0], scores[0]).encode("utf-8"))
-            sink.flush()
-            count += 1
-            tokens += stats.output_tokens
-    except (gzip.BadGzipFile, EOFError) as e:
-        raise UserError(f"--input {args.input}: not a readable gzip file ({e})") from None
-    finally:
-        if source is not sys.stdin.buffer:
-            source.close()
-        if sink is not sys.stdout.buffer:
-            sink.close()
+    with contextlib.ExitStack() as files:
+        try:
+            source = sys.stdin.buffer if args.input == "-" else files.enter_context(open_binary(args.input))
+        except OSError as e:
+            raise UserError(f"--input {args.input}: cannot read it ({e.strerror})") from None
+        try:
+            if args.output == "-":
+                sink = sys.stdout.buffer
+            else:
+                os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+                sink = files.enter_context(gzip.open(args.output, "wb") if args.output.endswith(".gz")
+                                           else open(args.output, "wb"))
+        except OSError as e:
+            raise UserError(f"--output {args.output}: cannot write it ({e.strerror})") from None
+        if args.input == "-" and _is_terminal(sys.stdin) and not args.quiet:
+            print(f"tft translate: ready ({describe(decode, args.engine)}); type a sentence and press Enter; "
+                  "Ctrl-D ends", file=sys.stderr)
+        start = time.time()
+        try:
+            for number, raw in enumerate(iter(source.readline, b""), start=1):
+                line, valid = decode_line(raw)
+                if not valid:
+                    print(f"tft translate: warning: line {number} of {where} had invalid UTF-8; bad bytes were "
+                          "replaced with U+FFFD", file=sys.stderr)
+                outputs, scores, stats = translator.translate([line])
+                if stats.truncated:
+                    print(f"tft translate: warning: line {number} of {where} is longer than the model limit of "
+                          f"{translator.limit} tokens; it was cut to it", file=sys.stderr)
+                sink.write(_output_lines(args, number - 1, outputs[0], scores[0]).encode("utf-8"))
+                sink.flush()
+                count += 1
+                tokens += stats.output_tokens
+        except (gzip.BadGzipFile, EOFError) as e:
+            raise UserError(f"--input {args.input}: not a readable gzip file ({e})") from None
     print(f"tft translate: wrote {count:,} translations to {dest} ({describe(decode, args.engine)}; {tokens:,} "
           f"output tokens, {time.time() - start:.1f} s, line by line)", file=sys.stderr)
     return 0

@@ -327,6 +327,42 @@ def test_n_best_lists_start_with_the_one_best_translation(tiny, assets, tmp_path
     assert "n-best lists come from --engine tensorflow only" in capsys.readouterr().err
 
 
+def test_sampling_is_seeded_and_its_flags_are_checked(tiny, assets, tmp_path, capsys):
+    """Translator(sample=True): the same seed gives the same translations, another seed others;
+    a near-zero temperature gives the greedy ones; tft translate --sample likewise, and the
+    sampling flags are refused where they would do nothing or cannot apply."""
+    from tf_transformer.cli import main
+
+    texts = toy_sentences(24, seed=11)
+    greedy, _, _ = Translator(*tiny, beam_size=1, max_extra_length=8, batch_size=8).translate(texts)
+    draw = lambda **kw: Translator(*tiny, beam_size=1, max_extra_length=8, batch_size=8, sample=True,  # noqa: E731
+                                   **kw).translate(texts)[0]
+    first = draw(seed=1)
+    assert draw(seed=1) == first
+    assert sum(a != b for a, b in zip(draw(seed=2), first)) >= 6
+    assert sum(a != b for a, b in zip(first, greedy)) >= 6
+    assert sum(a == b for a, b in zip(draw(seed=1, temperature=1e-3), greedy)) >= 22  # argmax, bar exact ties
+    assert sum(a != b for a, b in zip(draw(seed=1, top_k=2), first)) >= 1
+    with pytest.raises(UserError, match="sample=True draws one token at a time: it needs beam_size=1, not 4"):
+        Translator(*tiny, beam_size=4, sample=True)
+
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(texts[:6]) + "\n")
+    flags = ["translate", "--model", assets[0], "--vocab", assets[1], "--input", str(src), "--max-extra-len", "8"]
+    outs = []
+    for name in ("a", "b"):
+        assert main([*flags, "--output", str(tmp_path / name), "--sample", "--seed", "3", "--sample-topk", "5"]) == 0
+        outs.append((tmp_path / name).read_text(encoding="utf-8"))
+    assert outs[0] == outs[1] and len(outs[0].splitlines()) == 6
+    assert "(sampling from the top 5, temperature 1, seed 3, max +8 tokens;" in capsys.readouterr().err
+    for extra, said in ((["--sample", "--beam", "4"], "--sample draws one token at a time: leave out --beam"),
+                        (["--temperature", "0.5"], "--temperature: applies to --sample only"),
+                        (["--sample", "--temperature", "0"], "--temperature 0: must be > 0"),
+                        (["--sample", "--engine", "ctranslate2"], "--sample: sampling comes from --engine tensorflow")):
+        assert main([*flags, *extra]) == 2, extra
+        assert said in capsys.readouterr().err, extra
+
+
 def test_decoding_environment_only_for_the_decoding_commands_and_never_over_the_users():
     # quiet_environment(command) (run by main before anything imports TensorFlow): oneDNN off
     # for translate and evaluate, untouched for training, a user's own value kept; nothing at

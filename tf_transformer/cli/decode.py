@@ -123,6 +123,7 @@ def build_translator(args):
                         "n-best list comes from beam search with at least that many beams")
     if n_best > 1 and getattr(args, "engine", "tensorflow") == "ctranslate2":
         raise UserError("--n-best: n-best lists come from --engine tensorflow only")
+    sampling = sampling_settings(args, decode)
     if getattr(args, "engine", "tensorflow") == "ctranslate2":
         vocab = args.vocab or (cfg.data.vocab_model if cfg is not None else None)
         translator = build_ct2_translator(args, decode, vocab)
@@ -143,8 +144,32 @@ def build_translator(args):
     translator = Translator(model, tok, beam_size=decode.beam_size, alpha=decode.alpha,
                             max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
                             jit_compile=args.xla, workers=max(threads, 1), stop_rule=decode.stop_rule,
-                            n_best=n_best)
+                            n_best=n_best, **sampling)
     return cfg, decode, translator
+
+
+def sampling_settings(args, decode) -> dict:
+    """``Translator`` keywords of ``--sample`` and its ``--sample-topk``, ``--temperature`` and
+    ``--seed`` (``{}`` without ``--sample``; then those flags are refused, not ignored);
+    ``--sample`` decodes with one beam, so it sets ``decode.beam_size`` to 1."""
+    given = [flag for flag, name in (("--sample-topk", "sample_topk"), ("--temperature", "temperature"),
+                                     ("--seed", "seed")) if getattr(args, name, None) is not None]
+    if not getattr(args, "sample", False):
+        if given:
+            raise UserError(f"{', '.join(given)}: {'applies' if len(given) == 1 else 'apply'} to --sample only")
+        return {}
+    if getattr(args, "engine", "tensorflow") == "ctranslate2":
+        raise UserError("--sample: sampling comes from --engine tensorflow only")
+    if args.beam not in (None, 1) or getattr(args, "n_best", 1) > 1:
+        raise UserError("--sample draws one token at a time: leave out --beam (or give --beam 1) and --n-best")
+    top_k = 0 if args.sample_topk is None else args.sample_topk
+    temperature = 1.0 if args.temperature is None else args.temperature
+    if top_k < 0:
+        raise UserError(f"--sample-topk {top_k}: must be >= 0 (0: the whole vocabulary)")
+    if not temperature > 0:
+        raise UserError(f"--temperature {temperature:g}: must be > 0")
+    decode.beam_size = 1
+    return dict(sample=True, top_k=top_k, temperature=temperature, seed=0 if args.seed is None else args.seed)
 
 
 def mark(args, phase: str, note: str = "") -> None:
@@ -231,14 +256,24 @@ def build_ct2_translator(args, decode, vocab):
     return translator
 
 
-def describe(decode, engine: str = "tensorflow") -> str:
-    """The decoding settings in a few words, for summary lines (``engine``: ``--engine``)."""
+def describe(decode, engine: str = "tensorflow", sampling: tuple | None = None) -> str:
+    """The decoding settings in a few words, for summary lines (``engine``: ``--engine``;
+    ``sampling``: a :class:`Translator`'s ``(top_k, temperature, seed)``)."""
+    if sampling is not None:
+        top_k, temperature, seed = sampling
+        among = f"the top {top_k}" if top_k else "all tokens"
+        return f"sampling from {among}, temperature {temperature:g}, seed {seed}, max +{decode.max_extra_length} tokens"
     if decode.beam_size == 1:
         return f"greedy, max +{decode.max_extra_length} tokens"
     rule = ""
     if decode.stop_rule == "beam_finished":
         rule = ", stopping at the beam-th ending" + (" (CTranslate2's rule)" if engine == "ctranslate2" else "")
     return f"beam {decode.beam_size}, alpha {decode.alpha:g}, max +{decode.max_extra_length} tokens{rule}"
+
+
+def settings(decode, args, translator) -> str:
+    """:func:`describe` of what ``translator`` does (its sampling, if any)."""
+    return describe(decode, args.engine, getattr(translator, "sampling", None))
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -264,6 +299,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "log P(Y|X). With --engine ctranslate2 and --alpha > 0 under beam search, CTranslate2's "
                              "own normalisation, log P(Y|X) / |Y|^beta (beta mapped from alpha, docs/serving.md): "
                              "not comparable with the scores of --engine tensorflow")
+    parser.add_argument("--sample", action="store_true",
+                        help="draw each token from the model's distribution instead of searching (one beam), as "
+                             "back-translation does to make varied synthetic sources (Edunov et al., 2018); the "
+                             "same input, --seed and --batch-size give the same output")
+    parser.add_argument("--sample-topk", type=int, default=None, metavar="K",
+                        help="with --sample: draw from the K most probable tokens only (default 0: from all)")
+    parser.add_argument("--temperature", type=float, default=None, metavar="T",
+                        help="with --sample: divide the log-probabilities by T before drawing (default 1: the "
+                             "model's own distribution; below 1 sharper, above 1 flatter)")
+    parser.add_argument("--seed", type=int, default=None, help="with --sample: the random seed (default 0)")
     parser.add_argument("--n-best", type=int, default=1, metavar="N",
                         help="write the N best translations of each line (N <= the beam size), best first, "
                              "one per output line as 'LINE ||| translation ||| score' (LINE: the input line's "
@@ -328,7 +373,7 @@ def run(args: argparse.Namespace) -> int:
         dest = args.output
     seconds = time.time() - start
     rate = stats.decoded / seconds if seconds > 0 else 0.0
-    print(f"tft translate: wrote {len(outputs):,} translations to {dest} ({describe(decode, args.engine)}; "
+    print(f"tft translate: wrote {len(outputs):,} translations to {dest} ({settings(decode, args, translator)}; "
           f"{stats.output_tokens:,} output tokens, {seconds:.1f} s, {rate:.1f} sentences/s)", file=sys.stderr)
     if getattr(args, "_clock", None) is not None:
         mark(args, "writing")
@@ -380,8 +425,8 @@ def _translate_stream(args: argparse.Namespace, decode, translator) -> int:
         except OSError as e:
             raise UserError(f"--output {args.output}: cannot write it ({e.strerror})") from None
         if args.input == "-" and _is_terminal(sys.stdin) and not args.quiet:
-            print(f"tft translate: ready ({describe(decode, args.engine)}); type a sentence and press Enter; "
-                  "Ctrl-D ends", file=sys.stderr)
+            print(f"tft translate: ready ({settings(decode, args, translator)}); type a sentence and press "
+                  "Enter; Ctrl-D ends", file=sys.stderr)
         start = time.time()
         try:
             for number, raw in enumerate(iter(source.readline, b""), start=1):
@@ -399,6 +444,6 @@ def _translate_stream(args: argparse.Namespace, decode, translator) -> int:
                 tokens += stats.output_tokens
         except (gzip.BadGzipFile, EOFError) as e:
             raise UserError(f"--input {args.input}: not a readable gzip file ({e})") from None
-    print(f"tft translate: wrote {count:,} translations to {dest} ({describe(decode, args.engine)}; {tokens:,} "
+    print(f"tft translate: wrote {count:,} translations to {dest} ({settings(decode, args, translator)}; {tokens:,} "
           f"output tokens, {time.time() - start:.1f} s, line by line)", file=sys.stderr)
     return 0

@@ -1,9 +1,19 @@
-"""Batched greedy decoding in TensorFlow ops only (one ``tf.while_loop`` over fixed-shape search state).
+"""Batched greedy decoding, and sampling, in TensorFlow ops only (one ``tf.while_loop`` over
+fixed-shape search state).
 
 Same ``symbols_to_logits_fn(ids, step, cache) -> (logits, cache)`` contract as
 :func:`tf_transformer.decoding.beam_search.beam_search`, without the beam axis: ``ids`` is
 ``[batch, max_decode_length + 1]`` and cache leaves keep their leading ``batch`` axis (their
 other sizes may change from step to step, as in beam search).
+
+**Sampling** (``sample=True``) draws each token from the model's distribution instead of
+taking the most probable one, as back-translation does to make varied synthetic sources
+(Edunov et al., 2018, "Understanding Back-Translation at Scale"): from the ``top_k`` most
+probable tokens only (0: all), at ``temperature`` (the log-probabilities divided by it before
+renormalising; 1: the model's own distribution). The draw is the Gumbel-max trick on
+stateless random numbers seeded by ``seed`` and the step, so the same ``seed`` and the same
+batch give the same tokens; the returned score is the model's log-probability of the drawn
+tokens (at temperature 1, over the whole vocabulary), as for greedy decoding.
 """
 
 from __future__ import annotations
@@ -13,6 +23,8 @@ import tensorflow as tf
 from tf_transformer.decoding.beam_search import _call, _drop_rows, _shape_invariants, never_written
 
 __all__ = ["greedy_search"]
+
+_TINY = 1.1754944e-38  # the smallest normal float32: u > 0, so -log(-log(u)) is finite
 
 
 def greedy_search(
@@ -26,8 +38,13 @@ def greedy_search(
     sentence_cache=None,
     drop_finished: bool = False,
     never_ids: tuple = (),
+    sample: bool = False,
+    top_k: int = 0,
+    temperature: float = 1.0,
+    seed=(0, 0),
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """Pick the most probable token at every step until EOS or the maximum length.
+    """Pick the most probable token at every step (or draw one: ``sample``) until EOS or the
+    maximum length.
 
     Args:
       symbols_to_logits_fn: ``(ids [batch, L+1], step, cache) -> (logits [batch, V], cache)``
@@ -45,12 +62,22 @@ def greedy_search(
         once an eighth of the batch has finished, as beam search does (see its module
         docstring); needs dynamic shapes (not under XLA). The results are the same.
       never_ids: ids never picked (padding, the initial id), as in beam search.
+      sample: draw each token (see the module docstring) instead of taking the most probable.
+      top_k: with ``sample``, draw from the ``top_k`` most probable tokens only (0: from all).
+      temperature: with ``sample``, divide the log-probabilities by it before drawing (> 0).
+      seed: with ``sample``, two integers (a shape-``[2]`` int tensor is accepted): the draws
+        of step ``i`` use the stateless seed ``(seed[0], seed[1] + i)``.
 
     Returns:
       ``(ids, scores)``: int32 ``[batch, max_decode_length + 1]`` (initial id in column 0,
       EOS included when produced, ``pad_id`` after), and float32 ``[batch]`` total
       log-probabilities of the generated tokens (no length penalty).
     """
+    if sample and not temperature > 0:
+        raise ValueError(f"temperature={temperature}: must be > 0")
+    if sample and top_k < 0:
+        raise ValueError(f"top_k={top_k}: must be >= 0 (0: the whole vocabulary)")
+    seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
     initial_ids = tf.cast(tf.convert_to_tensor(initial_ids), tf.int32)
     static_batch = initial_ids.shape[0]
     batch = static_batch if static_batch is not None else tf.shape(initial_ids)[0]
@@ -73,7 +100,10 @@ def greedy_search(
     def body(i, ids, scores, finished, cache, rows, max_lengths, sentence_cache, out_ids, out_scores):
         logits, cache = _call(symbols_to_logits_fn, ids, i, cache, sentence_cache if has_sentence_cache else None)
         log_probs = never_written(tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1), never_ids)
-        token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+        if sample:
+            token = _draw(log_probs, top_k, temperature, tf.stack([seed[0], seed[1] + tf.cast(i, tf.int64)]))
+        else:
+            token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         token_log_prob = tf.gather(log_probs, token, batch_dims=1)
         token = tf.where(finished, pad_id, token)
         scores = scores + tf.where(finished, 0.0, token_log_prob)
@@ -108,6 +138,19 @@ def greedy_search(
     )
     _, ids, scores, _, _, rows, _, _, out_ids, out_scores = state
     return _store(tf.ones_like(rows, tf.bool), rows, ids, scores, out_ids, out_scores)
+
+
+def _draw(log_probs, top_k: int, temperature: float, seed):
+    """One token per row drawn from ``softmax(log_probs / temperature)`` restricted to the
+    row's ``top_k`` most probable tokens (0: all): the Gumbel-max trick, ``argmax(x + g)`` with
+    ``g = -log(-log(u))``, ``u`` uniform in (0, 1) from the stateless ``seed``."""
+    scaled = log_probs / temperature
+    vocab = log_probs.shape[-1]
+    if top_k and (vocab is None or top_k < vocab):
+        kth = tf.math.top_k(scaled, k=top_k).values[:, -1:]
+        scaled = tf.where(scaled < kth, tf.constant(float("-inf"), scaled.dtype), scaled)
+    u = tf.random.stateless_uniform(tf.shape(scaled), seed, minval=_TINY, maxval=1.0)
+    return tf.argmax(scaled - tf.math.log(-tf.math.log(u)), axis=-1, output_type=tf.int32)
 
 
 def _store(which, rows, ids, scores, out_ids, out_scores):

@@ -163,6 +163,15 @@ def strip_after_eos(ids: tf.Tensor, eos_id: int, pad_id: int = 0) -> tf.Tensor:
     return tf.where(seen, tf.constant(pad_id, ids.dtype), ids)
 
 
+def batch_salt(source_ids) -> tf.Tensor:
+    """An int64 in ``[0, 2**31)`` that depends on every id of the batch and its place: seeds
+    the random numbers of a sampled batch, so different batches draw differently."""
+    ids = tf.cast(source_ids, tf.int64)
+    rows = tf.range(1, tf.shape(ids, out_type=tf.int64)[0] + 1)[:, None]
+    cols = tf.range(1, tf.shape(ids, out_type=tf.int64)[1] + 1)[None, :]
+    return tf.math.floormod(tf.reduce_sum(ids * (rows * 1_000_003 + cols * 7_919)), 2**31 - 1)
+
+
 def translate_batch(
     model,
     source_ids,
@@ -177,6 +186,7 @@ def translate_batch(
     static_cache: bool | None = None,
     stop_rule: str = "bound",
     n_best: int = 1,
+    sampling: tuple[int, float, int] | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Translate a padded batch of source ids.
 
@@ -204,6 +214,10 @@ def translate_batch(
         displaced (see :mod:`tf_transformer.decoding.beam_search`), so slot 0 is the 1-best
         translation; a slot the search could not fill (every hypothesis reached the length
         limit) has score ``-inf``.
+      sampling: ``(top_k, temperature, seed)``: draw each token instead of searching
+        (``beam_size`` must be 1; see :mod:`tf_transformer.decoding.greedy`). Each batch's
+        random numbers are seeded by ``seed`` and its source ids, so a batch decoded again
+        gives the same translations, and other batches other random numbers.
 
     The padding and BOS ids are never written (a model trained with label smoothing gives
     them a small probability; their log-probability is set to ``-inf`` after the softmax, so
@@ -245,10 +259,15 @@ def translate_batch(
     batch = tf.shape(source_ids)[0]
     initial_ids = tf.fill([batch], tf.constant(bos_id, tf.int32))
     never = tuple(i for i in (pad_id, bos_id) if i != eos_id)  # ids that are no output's tokens
+    if sampling is not None and beam_size > 1:
+        raise UserError(f"sampling draws one token at a time: it needs beam_size=1, not {beam_size}")
     if beam_size <= 1:
+        top_k, temperature, seed = sampling if sampling is not None else (0, 1.0, 0)
         ids, scores = greedy_search(fn, initial_ids, cache, max_decode_length, eos_id,
                                     max_lengths=max_lengths, pad_id=pad_id, sentence_cache=sentence,
-                                    drop_finished=drop, never_ids=never)
+                                    drop_finished=drop, never_ids=never, sample=sampling is not None,
+                                    top_k=int(top_k), temperature=float(temperature),
+                                    seed=tf.stack([tf.constant(int(seed), tf.int64), batch_salt(source_ids)]))
     else:
         ids, scores = beam_search(fn, initial_ids, cache, int(model.vocab_size), int(beam_size), alpha,
                                   max_decode_length, eos_id, max_lengths=max_lengths,

@@ -178,6 +178,11 @@ class Translator:
         ``translate`` gives each sentence a list of translations, best first, and a list of
         scores (the first is the 1-best translation; a list is shorter when the search could
         finish fewer hypotheses within the length limit).
+      sample, top_k, temperature, seed: draw each token from the model's distribution
+        instead of searching (``beam_size=1``), from the ``top_k`` most probable (0: all), at
+        ``temperature``, seeded by ``seed`` (and each batch's sources: the same input and
+        ``batch_size`` give the same translations); for back-translation. See
+        :mod:`tf_transformer.decoding.greedy`.
       workers: batches decoded at once, each from its own Python thread (TensorFlow
         releases the GIL while it runs them); with :func:`set_cpu_threads` of the same number,
         each batch runs on one core. Every batch is decoded as it is alone: the outputs do
@@ -193,7 +198,8 @@ class Translator:
 
     def __init__(self, model, tokenizer, beam_size: int = 4, alpha: float = 0.6, max_extra_length: int = 50,
                  batch_size: int = 64, jit_compile: bool = False, cached: bool = True, workers: int = 1,
-                 stop_rule: str = "bound", n_best: int = 1):
+                 stop_rule: str = "bound", n_best: int = 1, sample: bool = False, top_k: int = 0,
+                 temperature: float = 1.0, seed: int = 0):
         import tensorflow as tf
 
         from tf_transformer.decoding.model_fns import model_limit, translate_batch
@@ -208,6 +214,12 @@ class Translator:
             raise UserError(f"n_best={n_best}: must be between 1 and beam_size={beam_size} (an n-best list needs "
                             "beam search with at least that many beams)")
         self.n_best = int(n_best)
+        if sample and beam_size != 1:
+            raise UserError(f"sample=True draws one token at a time: it needs beam_size=1, not {beam_size}")
+        if sample and not (temperature > 0 and top_k >= 0):
+            raise UserError(f"temperature={temperature}, top_k={top_k}: sampling needs temperature > 0 and "
+                            "top_k >= 0 (0: the whole vocabulary)")
+        self.sampling = (int(top_k), float(temperature), int(seed)) if sample else None
         self.workers = int(workers)
         self.model = model
         self.tokenizer = tokenizer
@@ -223,7 +235,7 @@ class Translator:
         def decode(source_ids):
             return translate_batch(model, source_ids, beam_size=self.beam_size, alpha=self.alpha,
                                    max_extra_length=self.max_extra_length, bos_id=bos, eos_id=eos, cached=cached,
-                                   stop_rule=self.stop_rule, n_best=self.n_best)
+                                   stop_rule=self.stop_rule, n_best=self.n_best, sampling=self.sampling)
 
         # autograph=False: the decoding code writes its loops with tf.while_loop/tf.cond itself,
         # and converting the Keras layers' Python for nothing took most of the tracing time

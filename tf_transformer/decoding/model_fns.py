@@ -262,12 +262,14 @@ def translate_batch(
     if sampling is not None and beam_size > 1:
         raise UserError(f"sampling draws one token at a time: it needs beam_size=1, not {beam_size}")
     if beam_size <= 1:
-        top_k, temperature, seed = sampling if sampling is not None else (0, 1.0, 0)
+        draw = {}
+        if sampling is not None:
+            top_k, temperature, seed = sampling
+            draw = dict(sample=True, top_k=int(top_k), temperature=float(temperature),
+                        seed=tf.stack([tf.constant(int(seed), tf.int64), batch_salt(source_ids)]))
         ids, scores = greedy_search(fn, initial_ids, cache, max_decode_length, eos_id,
                                     max_lengths=max_lengths, pad_id=pad_id, sentence_cache=sentence,
-                                    drop_finished=drop, never_ids=never, sample=sampling is not None,
-                                    top_k=int(top_k), temperature=float(temperature),
-                                    seed=tf.stack([tf.constant(int(seed), tf.int64), batch_salt(source_ids)]))
+                                    drop_finished=drop, never_ids=never, **draw)
     else:
         ids, scores = beam_search(fn, initial_ids, cache, int(model.vocab_size), int(beam_size), alpha,
                                   max_decode_length, eos_id, max_lengths=max_lengths,

@@ -363,6 +363,66 @@ def test_sampling_is_seeded_and_its_flags_are_checked(tiny, assets, tmp_path, ca
         assert said in capsys.readouterr().err, extra
 
 
+def test_score_is_the_log_probability_decoding_gives_its_own_output(tiny):
+    """Translator.score_ids of an output equals what the search scored it with: greedy's total
+    log-probability (EOS included), beam search's divided by the length penalty
+    ((5 + |Y|) / 6) ** alpha; batch composition does not change a score; empty sources are
+    not scored, over-long pairs are cut and counted; score() is score_ids() of the encoded texts."""
+    import numpy as np
+
+    from tf_transformer.decoding.beam_search import length_penalty
+
+    model, tok = tiny
+    texts = toy_sentences(20, seed=13)
+    sources = tok.encode(texts)
+    for beam in (1, 3):
+        tr = Translator(model, tok, beam_size=beam, alpha=0.6, max_extra_length=10, batch_size=8)
+        outputs, scores, _ = tr.translate_ids(sources)
+        log_probs, tokens, stats = tr.score_ids(sources, outputs)
+        ended = [i for i, o in enumerate(outputs) if len(o) < len(sources[i]) + 10]  # ended with EOS, not cut
+        assert len(ended) >= 10 and stats.decoded == 20 and stats.truncated == 0
+        for i in ended:
+            assert tokens[i] == len(outputs[i]) + 1
+            penalty = 1.0 if beam == 1 else float(length_penalty(float(tokens[i]), 0.6))
+            assert log_probs[i] / penalty == pytest.approx(scores[i], abs=2e-4), (beam, i)
+    alone = [tr.score_ids([sources[i]], [outputs[i]])[0][0] for i in (0, 7, 19)]
+    np.testing.assert_allclose(alone, [log_probs[i] for i in (0, 7, 19)], atol=1e-4)
+    texts_out, _, _ = tr.translate(texts)
+    np.testing.assert_allclose(tr.score(texts, texts_out)[0], tr.score_ids(sources, tok.encode(texts_out))[0],
+                               atol=1e-5)
+    lp, n, stats = tr.score(["", "a dog runs.", " ".join(["the dog runs"] * 40)], ["Ein Hund.", "", "x"])
+    assert np.isnan(lp[0]) and n[0] == 0 and n[1] == 1 and lp[1] < 0  # an empty target: log P(EOS | source)
+    assert stats.truncated == 1 and stats.decoded == 2
+    with pytest.raises(UserError, match="2 sources but 1 targets"):
+        tr.score(["a", "b"], ["c"])
+
+
+def test_cli_score_target_writes_each_pairs_log_probability(tiny, assets, tmp_path, capsys):
+    """tft translate --score-target: one 'log P, per token, tokens' line per input line, the
+    figures of Translator.score; a target file of another length is refused naming both
+    counts, flags that do not apply to scoring before the model loads."""
+    from tf_transformer.cli import main
+
+    sources = ["a dog runs.", "", "the girl plays in the water."]
+    targets = ["ein hund rennt.", "egal", "das mädchen spielt."]
+    (tmp_path / "s.en").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    (tmp_path / "t.de").write_text("\n".join(targets) + "\n", encoding="utf-8")
+    flags = ["translate", "--model", assets[0], "--vocab", assets[1], "--input", str(tmp_path / "s.en")]
+    assert main([*flags, "--score-target", str(tmp_path / "t.de"), "--output", str(tmp_path / "out")]) == 0
+    rows = [line.split("\t") for line in (tmp_path / "out").read_text().splitlines()]
+    log_probs, tokens, _ = Translator(*tiny).score(sources, targets)
+    assert rows[1] == ["nan", "nan", "0"] and len(rows) == 3
+    for i in (0, 2):
+        assert float(rows[i][0]) == pytest.approx(log_probs[i], abs=1e-3) and int(rows[i][2]) == tokens[i]
+        assert float(rows[i][1]) == pytest.approx(log_probs[i] / tokens[i], abs=1e-3)
+    assert "scored 2 of 3 pairs" in capsys.readouterr().err
+    (tmp_path / "short.de").write_text("ein hund.\n")
+    assert main([*flags, "--score-target", str(tmp_path / "short.de")]) == 2
+    assert "has 1 lines but" in capsys.readouterr().err
+    assert main([*flags, "--score-target", str(tmp_path / "t.de"), "--n-best", "2", "--sample"]) == 2
+    assert "--n-best, --sample do not apply to it" in capsys.readouterr().err
+
+
 def test_decoding_environment_only_for_the_decoding_commands_and_never_over_the_users():
     # quiet_environment(command) (run by main before anything imports TensorFlow): oneDNN off
     # for translate and evaluate, untouched for training, a user's own value kept; nothing at

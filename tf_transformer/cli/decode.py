@@ -309,6 +309,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="with --sample: divide the log-probabilities by T before drawing (default 1: the "
                              "model's own distribution; below 1 sharper, above 1 flatter)")
     parser.add_argument("--seed", type=int, default=None, help="with --sample: the random seed (default 0)")
+    parser.add_argument("--score-target", metavar="FILE",
+                        help="score instead of translating: FILE's line i (.gz read too) is taken as the "
+                             "translation of input line i, and each output line is 'log P<TAB>per token<TAB>"
+                             "tokens': the model's log-probability of that translation summed over its subword "
+                             "tokens and EOS, divided by their number, and the number (nan, nan, 0 for an empty "
+                             "input line); for filtering parallel data or reranking")
     parser.add_argument("--n-best", type=int, default=1, metavar="N",
                         help="write the N best translations of each line (N <= the beam size), best first, "
                              "one per output line as 'LINE ||| translation ||| score' (LINE: the input line's "
@@ -326,8 +332,18 @@ def run(args: argparse.Namespace) -> int:
     if args.stream and args.timings:
         raise UserError("--timings times the phases of a whole input (reading, decoding, writing); under --stream "
                         "they interleave line by line: give one or the other")
+    if args.score_target is not None:
+        given = [flag for flag, on in (("--stream", args.stream), ("--n-best", args.n_best > 1),
+                                       ("--sample", args.sample), ("--scores", args.scores),
+                                       ("--engine ctranslate2", args.engine == "ctranslate2")) if on]
+        if given:
+            raise UserError(f"--score-target scores given translations; {', '.join(given)} "
+                            f"{'does' if len(given) == 1 else 'do'} not apply to it")
+        if not os.path.isfile(args.score_target):
+            raise UserError(f"--score-target {args.score_target}: no such file")
     check_output_file(args.output, "--output")
-    stream = args.stream or (args.input == "-" and not args.timings and _is_terminal(sys.stdin))
+    stream = args.score_target is None and (
+        args.stream or (args.input == "-" and not args.timings and _is_terminal(sys.stdin)))
     _, decode, translator = build_translator(args)  # fails on bad flags before reading stdin
     if stream:
         return _translate_stream(args, decode, translator)
@@ -346,6 +362,8 @@ def run(args: argparse.Namespace) -> int:
               "bad bytes were replaced with U+FFFD", file=sys.stderr)
 
     mark(args, "reading the input")
+    if args.score_target is not None:
+        return _score_targets(args, translator, lines, where)
     bar = ProgressBar(len(lines), "translate", enabled=not args.quiet)
     start = time.time()
     first = []  # when the first decoded batch came back
@@ -378,6 +396,35 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "_clock", None) is not None:
         mark(args, "writing")
         print(f"tft translate: timings: {args._clock.summary()}", file=sys.stderr)
+    return 0
+
+
+def _score_targets(args: argparse.Namespace, translator, sources: list[str], where: str) -> int:
+    """``--score-target``: each target's log-probability given its source, to ``--output``."""
+    from tf_transformer.decoding.translator import ProgressBar
+
+    targets, bad = read_input_lines(args.score_target, "--score-target")
+    if bad:
+        print(f"tft translate: warning: {len(bad)} line(s) of {args.score_target} had invalid UTF-8 (line "
+              f"{', '.join(map(str, bad[:5]))}{' ...' if len(bad) > 5 else ''}); bad bytes were replaced with U+FFFD",
+              file=sys.stderr)
+    if len(targets) != len(sources):
+        raise UserError(f"--score-target {args.score_target} has {len(targets):,} lines but {where} has "
+                        f"{len(sources):,}; line i of one must translate line i of the other")
+    bar = ProgressBar(len(sources), "score", enabled=not args.quiet)
+    log_probs, tokens, stats = translator.score(sources, targets, progress=bar.update)
+    bar.close()
+    if stats.truncated:
+        print(f"tft translate: warning: {stats.truncated} pair(s) longer than the model limit of {translator.limit} "
+              "tokens were cut to it", file=sys.stderr)
+    text = "".join(f"{lp:.4f}\t{lp / n if n else float('nan'):.4f}\t{n}\n" for lp, n in zip(log_probs, tokens))
+    if args.output == "-":
+        sys.stdout.buffer.write(text.encode("utf-8"))
+        sys.stdout.flush()
+    else:
+        write_output_text(args.output, text, "--output")
+    print(f"tft translate: scored {stats.decoded:,} of {len(sources):,} pairs ({stats.output_tokens:,} target tokens "
+          f"with EOS, {stats.seconds:.1f} s) to {'stdout' if args.output == '-' else args.output}", file=sys.stderr)
     return 0
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "cached_decoder",
     "cached_decoder_parts",
     "model_limit",
+    "score_batch",
     "strip_after_eos",
     "translate_batch",
     "truncate_source",
@@ -282,3 +283,20 @@ def translate_batch(
             return tf.reshape(flat, [-1, n_best, width]), scores
         ids, scores = ids[:, 0], scores[:, 0]
     return strip_after_eos(ids[:, 1:], eos_id, pad_id), scores
+
+
+def score_batch(model, source_ids, target_input_ids, target_output_ids) -> tuple[tf.Tensor, tf.Tensor]:
+    """The model's log-probability of given translations (teacher forcing), as decoding scores
+    them: ``source_ids`` ``[batch, s]``, ``target_input_ids`` ``BOS y`` and
+    ``target_output_ids`` ``y EOS``, ``[batch, t]``, all 0-padded. Returns float32 ``[batch]``
+    sums of ``log p(y_i | y_<i, x)`` over the tokens and EOS (greedy decoding's score of its
+    own output), and int32 ``[batch]`` counts of those tokens. Computed in float32 whatever
+    the model's compute dtype."""
+    pad_id = int(getattr(model, "pad_id", 0))
+    labels = tf.cast(target_output_ids, tf.int32)
+    logits = tf.cast(model((tf.cast(source_ids, tf.int32), tf.cast(target_input_ids, tf.int32)), training=False),
+                     tf.float32)
+    token_log_probs = tf.gather(tf.nn.log_softmax(logits, axis=-1), labels, batch_dims=2)
+    real = tf.not_equal(labels, pad_id)
+    return (tf.reduce_sum(tf.where(real, token_log_probs, 0.0), axis=1),
+            tf.reduce_sum(tf.cast(real, tf.int32), axis=1))

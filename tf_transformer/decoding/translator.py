@@ -202,7 +202,7 @@ class Translator:
                  temperature: float = 1.0, seed: int = 0):
         import tensorflow as tf
 
-        from tf_transformer.decoding.model_fns import model_limit, translate_batch
+        from tf_transformer.decoding.model_fns import model_limit, score_batch, translate_batch
         from tf_transformer.model import as_transformer
 
         model = as_transformer(model)
@@ -247,6 +247,10 @@ class Translator:
             self._decode = tf.function(decode, input_signature=[tf.TensorSpec([None, None], tf.int32)],
                                        autograph=False)
         self._bucket = 8 if jit_compile else 1
+        self._bos, self._eos = bos, eos
+        spec = tf.TensorSpec([None, None], tf.int32)
+        self._score = tf.function(lambda src, tgt_in, tgt_out: score_batch(model, src, tgt_in, tgt_out),
+                                  input_signature=[spec, spec, spec], autograph=False)
 
     def trace(self) -> None:
         """Trace the decoding graph now rather than in the first batch (the same work; for a
@@ -280,6 +284,72 @@ class Translator:
         (:func:`tf_transformer.decoding.batches.translate_texts`)."""
         return batches.translate_texts(texts, self.tokenizer, self.translate_ids, progress=progress,
                                        n_best=self.n_best)
+
+    def score(self, sources: Sequence[str], targets: Sequence[str], progress: Callable[[int], None] | None = None
+              ) -> tuple[list[float], list[int], TranslationStats]:
+        """The model's log-probability of each given translation: ``(log_probs, tokens,
+        stats)``, in input order. ``log_probs[i]`` is ``log P(targets[i] | sources[i])``, summed
+        over its subword tokens and EOS (``tokens[i]`` of them), what greedy decoding scores
+        its own output with; divide by ``tokens`` for a per-token figure (for filtering
+        parallel data or reranking n-best lists). An empty or whitespace-only source is not
+        scored: ``nan`` and 0 tokens. See :meth:`score_ids` for the limits. A target is
+        scored as the tokenizer segments it; a search may have written the same text in other
+        pieces (then :meth:`score_ids` of its ids gives the score it searched with)."""
+        if isinstance(sources, str) or isinstance(targets, str):
+            raise UserError("Translator.score takes two lists of strings (sources, targets)")
+        sources, targets = list(sources), list(targets)
+        if len(sources) != len(targets):
+            raise UserError(f"{len(sources)} sources but {len(targets)} targets: they must be parallel")
+        todo = [i for i, text in enumerate(sources) if text.strip()]
+        src: list[list[int]] = [[] for _ in sources]
+        tgt: list[list[int]] = [[] for _ in sources]
+        if todo:
+            for i, s_ids, t_ids in zip(todo, self.tokenizer.encode([sources[i] for i in todo]),
+                                       self.tokenizer.encode([targets[i] for i in todo])):
+                src[i], tgt[i] = s_ids, t_ids
+        return self.score_ids(src, tgt, progress=progress)
+
+    def score_ids(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
+                  progress: Callable[[int], None] | None = None) -> tuple[list[float], list[int], TranslationStats]:
+        """:meth:`score` of subword ids (no BOS/EOS). An empty source gives ``nan`` and 0
+        tokens. A source longer than the model's limit is cut to it, as in translation, and
+        so is a target (to ``limit - 1`` tokens before EOS); both counted in
+        ``stats.truncated``. Batches of ``batch_size`` pairs of similar length."""
+        if len(sources) != len(targets):
+            raise UserError(f"{len(sources)} sources but {len(targets)} targets: they must be parallel")
+        stats = TranslationStats(sentences=len(sources))
+        start = time.time()
+        todo = [i for i, ids in enumerate(sources) if len(ids)]
+        src = {i: list(sources[i][: self.limit]) for i in todo}
+        tgt = {i: list(targets[i][: self.limit - 1]) for i in todo}
+        stats.truncated = sum(len(sources[i]) > self.limit or len(targets[i]) > self.limit - 1 for i in todo)
+        log_probs, tokens = [float("nan")] * len(sources), [0] * len(sources)
+        if progress and len(todo) < len(sources):
+            progress(len(sources) - len(todo))
+        todo.sort(key=lambda i: (-max(len(src[i]), len(tgt[i]) + 1), i))
+        for b in range(0, len(todo), self.batch_size):
+            idx = todo[b: b + self.batch_size]
+            sums, counts = self._score(_padded([src[i] for i in idx]), _padded([[self._bos] + tgt[i] for i in idx]),
+                                       _padded([tgt[i] + [self._eos] for i in idx]))
+            for i, lp, n in zip(idx, sums.numpy(), counts.numpy()):
+                log_probs[i], tokens[i] = float(lp), int(n)
+                stats.source_tokens += len(src[i])
+                stats.output_tokens += int(n)
+            stats.batches += 1
+            stats.decoded += len(idx)
+            if progress:
+                progress(len(idx))
+        stats.seconds = time.time() - start
+        return log_probs, tokens, stats
+
+
+def _padded(rows: list[list[int]]):
+    import numpy as np
+
+    out = np.zeros((len(rows), max(map(len, rows))), np.int32)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return out
 
 
 def translate(model, texts: Sequence[str] | str, tokenizer, beam_size: int = 4, alpha: float = 0.6,

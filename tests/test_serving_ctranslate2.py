@@ -83,13 +83,29 @@ def test_forward_log_probs_equal(exported, tiny, sources):
     model = tiny[0]
     ct = CT2Translator(exported, tiny[1])
     targets = [s[::-1][:9] for s in sources[:24]]  # arbitrary targets: a teacher-forced pass scores any
-    theirs = ct.score_ids(sources[:24], targets)
+    theirs = ct.token_log_probs(sources[:24], targets)
     worst = 0.0
     for s, t, lp in zip(sources[:24], targets, theirs):
         ours = teacher_forced_log_probs(model, s, t)
         assert len(lp) == len(t) + 1  # every target token and EOS
         worst = max(worst, float(np.max(np.abs(ours - np.array(lp)))))
     assert worst < 1e-4
+
+
+def test_scores_of_given_translations_equal_ours(exported, tiny, sources):
+    """CT2Translator.score / score_ids give Translator's figures (log P of tokens and EOS, their
+    number), empty sources and over-long pairs handled alike."""
+    model, tok = tiny
+    targets = [s[::-1][:9] for s in sources[:24]] + [[5, 6], []]
+    srcs = list(sources[:24]) + [[], list(sources[0]) * 40]
+    ours = Translator(model, tok, batch_size=8).score_ids(srcs, targets)
+    theirs = CT2Translator(exported, tok, batch_size=8).score_ids(srcs, targets)
+    np.testing.assert_allclose(theirs[0], ours[0], atol=1e-3)  # nan (the empty source) in both
+    assert theirs[1] == ours[1] and ours[1][24] == 0 and ours[1][25] == 1
+    assert theirs[2].truncated == ours[2].truncated == 1 and theirs[2].decoded == ours[2].decoded == 25
+    texts = toy_sentences(6, seed=8)
+    np.testing.assert_allclose(CT2Translator(exported, tok).score(texts, texts[::-1])[0],
+                               Translator(model, tok).score(texts, texts[::-1])[0], atol=1e-3)
 
 
 def test_learned_positions_and_untrained_weights_map_too(tiny, tmp_path):
@@ -114,7 +130,7 @@ def test_learned_positions_and_untrained_weights_map_too(tiny, tmp_path):
     ct = CT2Translator(tmp_path / "m", tok)
     srcs = tok.encode(toy_sentences(8, seed=2))
     tgts = tok.encode(toy_sentences(8, seed=4))
-    for s, t, lp in zip(srcs, tgts, ct.score_ids(srcs, tgts)):
+    for s, t, lp in zip(srcs, tgts, ct.token_log_probs(srcs, tgts)):
         assert np.max(np.abs(teacher_forced_log_probs(model, s, t) - np.array(lp))) < 1e-4
 
 

@@ -334,8 +334,7 @@ def run(args: argparse.Namespace) -> int:
                         "they interleave line by line: give one or the other")
     if args.score_target is not None:
         given = [flag for flag, on in (("--stream", args.stream), ("--n-best", args.n_best > 1),
-                                       ("--sample", args.sample), ("--scores", args.scores),
-                                       ("--engine ctranslate2", args.engine == "ctranslate2")) if on]
+                                       ("--sample", args.sample), ("--scores", args.scores)) if on]
         if given:
             raise UserError(f"--score-target scores given translations; {', '.join(given)} "
                             f"{'does' if len(given) == 1 else 'do'} not apply to it")

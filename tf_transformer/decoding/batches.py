@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 from tf_transformer.config.schema import STOP_RULES
 from tf_transformer.errors import UserError
 
-__all__ = ["TranslationStats", "check_beam_settings", "check_decode_settings", "decode_in_batches", "translate_texts"]
+__all__ = ["TranslationStats", "check_beam_settings", "check_decode_settings", "decode_in_batches", "score_in_batches",
+           "score_texts", "translate_texts"]
 
 #: ``decode_batch(rows)``: one ``(token_ids, score)`` per row of ``rows`` (non-empty id lists, no
 #: BOS/EOS), in order; pad ids (0) in ``token_ids`` are dropped by :func:`decode_in_batches`.
@@ -159,3 +160,60 @@ def translate_texts(texts: Sequence[str], tokenizer, translate_ids, progress: Ca
 
 def _one_line(text: str) -> str:
     return text.replace("\r", " ").replace("\n", " ")
+
+
+def score_texts(sources: Sequence[str], targets: Sequence[str], tokenizer, score_ids,
+                progress: Callable[[int], None] | None = None):
+    """The pairs of texts encoded with ``tokenizer`` and scored by ``score_ids(sources, targets,
+    progress=...)`` (a translator's); an empty or whitespace-only source is not encoded (it
+    scores ``nan``, see :func:`score_in_batches`)."""
+    if isinstance(sources, str) or isinstance(targets, str):
+        raise UserError("score takes two lists of strings (sources, targets)")
+    sources, targets = list(sources), list(targets)
+    if len(sources) != len(targets):
+        raise UserError(f"{len(sources)} sources but {len(targets)} targets: they must be parallel")
+    todo = [i for i, text in enumerate(sources) if text.strip()]
+    src: list[list[int]] = [[] for _ in sources]
+    tgt: list[list[int]] = [[] for _ in sources]
+    if todo:
+        for i, s_ids, t_ids in zip(todo, tokenizer.encode([sources[i] for i in todo]),
+                                   tokenizer.encode([targets[i] for i in todo])):
+            src[i], tgt[i] = s_ids, t_ids
+    return score_ids(src, tgt, progress=progress)
+
+
+def score_in_batches(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], limit: int,
+                     batch_size: int, score_batch, progress: Callable[[int], None] | None = None
+                     ) -> tuple[list[float], list[int], TranslationStats]:
+    """``(log_probs, tokens, stats)`` of given translations, in input order, from
+    ``score_batch(source_rows, target_rows) -> [(log P, tokens), ...]`` (ids without BOS/EOS;
+    the log-probability of the target's tokens and EOS given the source, and their number).
+
+    An empty source gives ``nan`` and 0 tokens and is not scored. A source longer than
+    ``limit`` is cut to it, as in translation, and so is a target (to ``limit - 1`` tokens
+    before EOS); both counted in ``stats.truncated``. Batches of ``batch_size`` pairs,
+    longest first; ``progress`` as in :func:`decode_in_batches`."""
+    if len(sources) != len(targets):
+        raise UserError(f"{len(sources)} sources but {len(targets)} targets: they must be parallel")
+    stats = TranslationStats(sentences=len(sources))
+    start = time.time()
+    todo = [i for i, ids in enumerate(sources) if len(ids)]
+    src = {i: [int(t) for t in sources[i][:limit]] for i in todo}
+    tgt = {i: [int(t) for t in targets[i][: limit - 1]] for i in todo}
+    stats.truncated = sum(len(sources[i]) > limit or len(targets[i]) > limit - 1 for i in todo)
+    log_probs, tokens = [float("nan")] * len(sources), [0] * len(sources)
+    if progress and len(todo) < len(sources):
+        progress(len(sources) - len(todo))
+    todo.sort(key=lambda i: (-max(len(src[i]), len(tgt[i]) + 1), i))
+    for b in range(0, len(todo), batch_size):
+        idx = todo[b: b + batch_size]
+        for i, (lp, n) in zip(idx, score_batch([src[i] for i in idx], [tgt[i] for i in idx])):
+            log_probs[i], tokens[i] = float(lp), int(n)
+            stats.source_tokens += len(src[i])
+            stats.output_tokens += int(n)
+        stats.batches += 1
+        stats.decoded += len(idx)
+        if progress:
+            progress(len(idx))
+    stats.seconds = time.time() - start
+    return log_probs, tokens, stats

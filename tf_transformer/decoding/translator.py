@@ -295,52 +295,19 @@ class Translator:
         scored: ``nan`` and 0 tokens. See :meth:`score_ids` for the limits. A target is
         scored as the tokenizer segments it; a search may have written the same text in other
         pieces (then :meth:`score_ids` of its ids gives the score it searched with)."""
-        if isinstance(sources, str) or isinstance(targets, str):
-            raise UserError("Translator.score takes two lists of strings (sources, targets)")
-        sources, targets = list(sources), list(targets)
-        if len(sources) != len(targets):
-            raise UserError(f"{len(sources)} sources but {len(targets)} targets: they must be parallel")
-        todo = [i for i, text in enumerate(sources) if text.strip()]
-        src: list[list[int]] = [[] for _ in sources]
-        tgt: list[list[int]] = [[] for _ in sources]
-        if todo:
-            for i, s_ids, t_ids in zip(todo, self.tokenizer.encode([sources[i] for i in todo]),
-                                       self.tokenizer.encode([targets[i] for i in todo])):
-                src[i], tgt[i] = s_ids, t_ids
-        return self.score_ids(src, tgt, progress=progress)
+        return batches.score_texts(sources, targets, self.tokenizer, self.score_ids, progress=progress)
 
     def score_ids(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
                   progress: Callable[[int], None] | None = None) -> tuple[list[float], list[int], TranslationStats]:
-        """:meth:`score` of subword ids (no BOS/EOS). An empty source gives ``nan`` and 0
-        tokens. A source longer than the model's limit is cut to it, as in translation, and
-        so is a target (to ``limit - 1`` tokens before EOS); both counted in
-        ``stats.truncated``. Batches of ``batch_size`` pairs of similar length."""
-        if len(sources) != len(targets):
-            raise UserError(f"{len(sources)} sources but {len(targets)} targets: they must be parallel")
-        stats = TranslationStats(sentences=len(sources))
-        start = time.time()
-        todo = [i for i, ids in enumerate(sources) if len(ids)]
-        src = {i: list(sources[i][: self.limit]) for i in todo}
-        tgt = {i: list(targets[i][: self.limit - 1]) for i in todo}
-        stats.truncated = sum(len(sources[i]) > self.limit or len(targets[i]) > self.limit - 1 for i in todo)
-        log_probs, tokens = [float("nan")] * len(sources), [0] * len(sources)
-        if progress and len(todo) < len(sources):
-            progress(len(sources) - len(todo))
-        todo.sort(key=lambda i: (-max(len(src[i]), len(tgt[i]) + 1), i))
-        for b in range(0, len(todo), self.batch_size):
-            idx = todo[b: b + self.batch_size]
-            sums, counts = self._score(_padded([src[i] for i in idx]), _padded([[self._bos] + tgt[i] for i in idx]),
-                                       _padded([tgt[i] + [self._eos] for i in idx]))
-            for i, lp, n in zip(idx, sums.numpy(), counts.numpy()):
-                log_probs[i], tokens[i] = float(lp), int(n)
-                stats.source_tokens += len(src[i])
-                stats.output_tokens += int(n)
-            stats.batches += 1
-            stats.decoded += len(idx)
-            if progress:
-                progress(len(idx))
-        stats.seconds = time.time() - start
-        return log_probs, tokens, stats
+        """:meth:`score` of subword ids (no BOS/EOS): :func:`tf_transformer.decoding.batches.score_in_batches`
+        (the limits, empty sources, batches of ``batch_size`` pairs of similar length)."""
+        return batches.score_in_batches(sources, targets, self.limit, self.batch_size, self._score_rows,
+                                        progress=progress)
+
+    def _score_rows(self, sources: list[list[int]], targets: list[list[int]]) -> list[tuple[float, int]]:
+        sums, counts = self._score(_padded(sources), _padded([[self._bos] + t for t in targets]),
+                                   _padded([t + [self._eos] for t in targets]))
+        return [(float(lp), int(n)) for lp, n in zip(sums.numpy(), counts.numpy())]
 
 
 def _padded(rows: list[list[int]]):

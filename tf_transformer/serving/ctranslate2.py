@@ -403,7 +403,21 @@ class CT2Translator:
         """As :meth:`tf_transformer.decoding.translator.Translator.translate`."""
         return batches.translate_texts(texts, self.tokenizer, self.translate_ids, progress=progress)
 
-    def score_ids(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]) -> list[list[float]]:
+    def score(self, sources: Sequence[str], targets: Sequence[str], progress: Callable[[int], None] | None = None):
+        """As :meth:`tf_transformer.decoding.translator.Translator.score`, by CTranslate2's
+        forward pass."""
+        return batches.score_texts(sources, targets, self.tokenizer, self.score_ids, progress=progress)
+
+    def score_ids(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
+                        progress: Callable[[int], None] | None = None):
+        """As :meth:`tf_transformer.decoding.translator.Translator.score_ids`."""
+        def totals(src, tgt):
+            return [(sum(lps), len(lps)) for lps in self.token_log_probs(src, tgt)]
+
+        return batches.score_in_batches(sources, targets, self.limit, self.batch_size, totals, progress=progress)
+
+    def token_log_probs(self, sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]]
+                        ) -> list[list[float]]:
         """Per-token log-probabilities of ``targets`` (no BOS/EOS; EOS is scored last) given
         ``sources``, by CTranslate2's forward pass (teacher forcing)."""
         src = [[self.pieces[i] for i in s[: self.limit]] for s in sources]

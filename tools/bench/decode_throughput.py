@@ -213,7 +213,7 @@ def forward_log_prob_diff(model, ct2_dir, tok, sources, targets, args, n: int = 
     from tf_transformer.serving.ctranslate2 import CT2Translator
 
     pairs = [(s[: model.max_length], t[: model.max_length - 1]) for s, t in zip(sources, targets)][:n]
-    theirs = CT2Translator(ct2_dir, tok, batch_size=args.batch_size).score_ids([p[0] for p in pairs],
+    theirs = CT2Translator(ct2_dir, tok, batch_size=args.batch_size).token_log_probs([p[0] for p in pairs],
                                                                                   [p[1] for p in pairs])
     worst = 0.0
     for b in range(0, len(pairs), 64):

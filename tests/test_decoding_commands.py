@@ -286,8 +286,8 @@ def test_cli_translate_stream_answers_each_line_before_the_next_is_written(asset
 def test_n_best_lists_start_with_the_one_best_translation(tiny, assets, tmp_path, capsys):
     """Translator(n_best=3): per sentence up to 3 distinct translations, best first, the first
     the 1-best translation with its score; an empty line gives [""]. tft translate --n-best
-    writes them as 'LINE ||| translation ||| score'; an n-best over the beam size, or with the
-    CTranslate2 engine, is refused before the model loads."""
+    writes them as 'LINE ||| translation ||| score'; an n-best over the beam size is refused
+    before the model loads."""
     from tf_transformer.cli import main
     from tf_transformer.decoding.translator import translate
 
@@ -323,8 +323,6 @@ def test_n_best_lists_start_with_the_one_best_translation(tiny, assets, tmp_path
     capsys.readouterr()
     assert main([*flags, "--beam", "2", "--n-best", "3"]) == 2
     assert "--n-best 3: must be between 1 and the beam size (2; --beam)" in capsys.readouterr().err
-    assert main([*flags, "--engine", "ctranslate2", "--n-best", "2"]) == 2
-    assert "n-best lists come from --engine tensorflow only" in capsys.readouterr().err
 
 
 def test_sampling_is_seeded_and_its_flags_are_checked(tiny, assets, tmp_path, capsys):
@@ -357,8 +355,7 @@ def test_sampling_is_seeded_and_its_flags_are_checked(tiny, assets, tmp_path, ca
     assert "(sampling from the top 5, temperature 1, seed 3, max +8 tokens;" in capsys.readouterr().err
     for extra, said in ((["--sample", "--beam", "4"], "--sample draws one token at a time: leave out --beam"),
                         (["--temperature", "0.5"], "--temperature: applies to --sample only"),
-                        (["--sample", "--temperature", "0"], "--temperature 0: must be > 0"),
-                        (["--sample", "--engine", "ctranslate2"], "--sample: sampling comes from --engine tensorflow")):
+                        (["--sample", "--temperature", "0"], "--temperature 0: must be > 0")):
         assert main([*flags, *extra]) == 2, extra
         assert said in capsys.readouterr().err, extra
 

@@ -121,12 +121,10 @@ def build_translator(args):
     if not 1 <= n_best <= decode.beam_size:
         raise UserError(f"--n-best {n_best}: must be between 1 and the beam size ({decode.beam_size}; --beam): an "
                         "n-best list comes from beam search with at least that many beams")
-    if n_best > 1 and getattr(args, "engine", "tensorflow") == "ctranslate2":
-        raise UserError("--n-best: n-best lists come from --engine tensorflow only")
     sampling = sampling_settings(args, decode)
     if getattr(args, "engine", "tensorflow") == "ctranslate2":
         vocab = args.vocab or (cfg.data.vocab_model if cfg is not None else None)
-        translator = build_ct2_translator(args, decode, vocab)
+        translator = build_ct2_translator(args, decode, vocab, n_best=n_best, **sampling)
         mark(args, "model and vocabulary")
         return cfg, decode, translator
     threads = getattr(args, "threads", None)
@@ -158,8 +156,6 @@ def sampling_settings(args, decode) -> dict:
         if given:
             raise UserError(f"{', '.join(given)}: {'applies' if len(given) == 1 else 'apply'} to --sample only")
         return {}
-    if getattr(args, "engine", "tensorflow") == "ctranslate2":
-        raise UserError("--sample: sampling comes from --engine tensorflow only")
     if args.beam not in (None, 1) or getattr(args, "n_best", 1) > 1:
         raise UserError("--sample draws one token at a time: leave out --beam (or give --beam 1) and --n-best")
     top_k = 0 if args.sample_topk is None else args.sample_topk
@@ -222,9 +218,10 @@ def load_model_and_vocabulary(args, cfg):
         return model, load_tokenizer(vocab, model)
 
 
-def build_ct2_translator(args, decode, vocab):
-    """A :class:`tf_transformer.serving.ctranslate2.CT2Translator` (no TensorFlow is imported).
-    The vocabulary defaults to the copy inside the export directory."""
+def build_ct2_translator(args, decode, vocab, **search):
+    """A :class:`tf_transformer.serving.ctranslate2.CT2Translator` (no TensorFlow is imported),
+    with the ``search`` keywords (``n_best``, sampling). The vocabulary defaults to the copy
+    inside the export directory."""
     from tf_transformer.serving.ctranslate2 import CT2Translator, ct2_length_penalty
 
     if args.xla:
@@ -241,7 +238,7 @@ def build_ct2_translator(args, decode, vocab):
     with flags(DECODE_FLAGS):
         translator = CT2Translator(args.model, tok, beam_size=decode.beam_size, alpha=decode.alpha,
                                    max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
-                                   threads=args.threads or 0)
+                                   threads=args.threads or 0, **search)
     if decode.beam_size > 1 and decode.alpha > 0:
         print(f"tft {args.command}: note: CTranslate2 normalises beam scores by |Y|^beta, not by GNMT's "
               f"((5+|Y|)/6)^alpha; alpha {decode.alpha:g} is mapped to beta = alpha n/(5+n) for sources of n "

@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 from tf_transformer.config.schema import STOP_RULES
 from tf_transformer.errors import UserError
 
-__all__ = ["TranslationStats", "check_beam_settings", "check_decode_settings", "decode_in_batches", "score_in_batches",
+__all__ = ["TranslationStats", "check_beam_settings", "check_decode_settings", "check_search_kind", "decode_in_batches",
+           "score_in_batches",
            "score_texts", "translate_texts"]
 
 #: ``decode_batch(rows)``: one ``(token_ids, score)`` per row of ``rows`` (non-empty id lists, no
@@ -59,6 +60,21 @@ def check_decode_settings(beam_size: int, alpha: float, max_extra_length: int, b
         raise UserError(f"max_extra_length={max_extra_length}: must be >= 0")
     if batch_size < 1:
         raise UserError(f"batch_size={batch_size}: must be >= 1")
+
+
+def check_search_kind(beam_size: int, n_best: int, sample: bool, top_k: int, temperature: float):
+    """``(top_k, temperature)`` checked for a translator's ``n_best`` and sampling arguments (a
+    :class:`UserError` naming them otherwise): an n-best list needs as many beams; sampling draws
+    one token at a time (``beam_size=1``), at ``temperature > 0``, from ``top_k >= 0`` tokens."""
+    if not 1 <= n_best <= beam_size:
+        raise UserError(f"n_best={n_best}: must be between 1 and beam_size={beam_size} (an n-best list needs "
+                        "beam search with at least that many beams)")
+    if sample and beam_size != 1:
+        raise UserError(f"sample=True draws one token at a time: it needs beam_size=1, not {beam_size}")
+    if sample and not (temperature > 0 and top_k >= 0):
+        raise UserError(f"temperature={temperature}, top_k={top_k}: sampling needs temperature > 0 and "
+                        "top_k >= 0 (0: the whole vocabulary)")
+    return int(top_k), float(temperature)
 
 
 def decode_in_batches(sources: Sequence[Sequence[int]], limit: int, batch_size: int, decode_batch: DecodeBatch,

@@ -210,16 +210,9 @@ class Translator:
         batches.check_stop_rule(stop_rule)
         if workers < 1:
             raise UserError(f"workers={workers}: must be >= 1")
-        if not 1 <= n_best <= beam_size:
-            raise UserError(f"n_best={n_best}: must be between 1 and beam_size={beam_size} (an n-best list needs "
-                            "beam search with at least that many beams)")
+        top_k, temperature = batches.check_search_kind(beam_size, n_best, sample, top_k, temperature)
         self.n_best = int(n_best)
-        if sample and beam_size != 1:
-            raise UserError(f"sample=True draws one token at a time: it needs beam_size=1, not {beam_size}")
-        if sample and not (temperature > 0 and top_k >= 0):
-            raise UserError(f"temperature={temperature}, top_k={top_k}: sampling needs temperature > 0 and "
-                            "top_k >= 0 (0: the whole vocabulary)")
-        self.sampling = (int(top_k), float(temperature), int(seed)) if sample else None
+        self.sampling = (top_k, temperature, int(seed)) if sample else None
         self.workers = int(workers)
         self.model = model
         self.tokenizer = tokenizer

@@ -308,6 +308,10 @@ class CT2Translator:
       threads: CPU threads of the one CTranslate2 worker (0: CTranslate2's default).
       compute_type: CTranslate2's ``compute_type`` (``"default"``: the exported weight type).
       device: ``"cpu"`` or ``"cuda"``.
+      n_best, sample, top_k, temperature, seed: as for ``Translator`` (n-best lists from
+        CTranslate2's ``num_hypotheses``; sampling from its own random sampler, seeded with
+        ``ctranslate2.set_random_seed(seed)`` before each call: reproducible for the same input
+        and ``batch_size``, but not the same draws as ``Translator``'s).
 
     Example::
 
@@ -317,9 +321,14 @@ class CT2Translator:
 
     def __init__(self, model_dir, tokenizer=None, beam_size: int = 4, alpha: float = 0.6,
                  max_extra_length: int = 50, batch_size: int = 64, threads: int = 0,
-                 compute_type: str = "default", device: str = "cpu"):
+                 compute_type: str = "default", device: str = "cpu", n_best: int = 1, sample: bool = False,
+                 top_k: int = 0, temperature: float = 1.0, seed: int = 0):
         ctranslate2 = require_ctranslate2("--engine ctranslate2")
         batches.check_decode_settings(beam_size, alpha, max_extra_length, batch_size)
+        top_k, temperature = batches.check_search_kind(beam_size, n_best, sample, top_k, temperature)
+        self.n_best = int(n_best)
+        self.sampling = (top_k, temperature, int(seed)) if sample else None
+        self._set_seed = ctranslate2.set_random_seed
         if threads < 0:
             raise UserError(f"threads={threads}: must be >= 0")
         info = read_export_info(model_dir)
@@ -349,9 +358,12 @@ class CT2Translator:
         # greedy: ours ignores alpha and scores the total log-probability; CTranslate2 would
         # normalise its greedy scores too
         penalty = ct2_length_penalty(self.alpha, source_length) if self.length_dependent else 0.0
-        return dict(beam_size=self.beam_size, length_penalty=penalty,
-                    max_decoding_length=int(max_length), min_decoding_length=0, max_input_length=self.limit,
-                    return_scores=True, num_hypotheses=1)
+        options = dict(beam_size=self.beam_size, length_penalty=penalty,
+                       max_decoding_length=int(max_length), min_decoding_length=0, max_input_length=self.limit,
+                       return_scores=True, num_hypotheses=self.n_best)
+        if self.sampling is not None:
+            options.update(sampling_topk=self.sampling[0], sampling_temperature=self.sampling[1])
+        return options
 
     @property
     def length_dependent(self) -> bool:
@@ -371,37 +383,46 @@ class CT2Translator:
                 out[i] = result
         return out
 
-    def _decode_call(self, batch: list[list[int]]) -> list[tuple[list[int], float]]:
+    def _decode_call(self, batch: list[list[int]]) -> list[tuple]:
         """One ``translate_batch`` call (the sources all of one length when
-        :attr:`length_dependent`), and the sentences that ran past their own limit again alone."""
+        :attr:`length_dependent`), and the sentences that ran past their own limit again alone.
+        A row: ``(ids, score)``, or with ``n_best > 1`` ``([ids, ...], [score, ...])``."""
         limits = [min(len(s) + self.max_extra_length, self.limit) for s in batch]
         tokens = [[self.pieces[i] for i in s] for s in batch]
-        results = self.engine.translate_batch(tokens, **self._options(len(batch[0]), max(limits)))
+        results = self._call(batch, tokens, self._options(len(batch[0]), max(limits)))
         out = []
         for s, toks, limit, r in zip(batch, tokens, limits, results):
-            ids = [self.piece_ids.get(p, 1) for p in r.hypotheses[0]]
-            score = float(r.scores[0]) if r.scores else 0.0
+            hyps = [[self.piece_ids.get(p, 1) for p in h] for h in r.hypotheses]
             # max_decoding_length counts EOS, which the hypothesis omits: decoded under the
             # larger batch limit, an output of >= `limit` tokens would have been cut at this
             # sentence's own limit, so it is decoded again with that limit
-            if len(ids) >= limit and limit < max(limits):
+            if any(len(h) >= limit for h in hyps) and limit < max(limits):
                 self.stats.redecoded += 1
-                (r,) = self.engine.translate_batch([toks], **self._options(len(s), limit))
-                ids = [self.piece_ids.get(p, 1) for p in r.hypotheses[0]]
-                score = float(r.scores[0]) if r.scores else 0.0
-            out.append((ids, score))
+                (r,) = self._call([s], [toks], self._options(len(s), limit))
+                hyps = [[self.piece_ids.get(p, 1) for p in h] for h in r.hypotheses]
+            scores = [float(x) for x in r.scores] if r.scores else [0.0] * len(hyps)
+            out.append((hyps[0], scores[0]) if self.n_best == 1 else (hyps, scores))
         return out
+
+    def _call(self, batch: list[list[int]], tokens: list[list[str]], options: dict):
+        """``translate_batch``; when sampling, after seeding CTranslate2's generator with the
+        seed and the batch's ids (reproducible, and other batches draw differently)."""
+        if self.sampling is not None:
+            salt = sum((r + 1) * 1_000_003 * sum((c + 1) * t for c, t in enumerate(ids)) for r, ids in enumerate(batch))
+            self._set_seed((self.sampling[2] * 7_919 + salt) % (2**31 - 1))
+        return self.engine.translate_batch(tokens, **options)
 
     def translate_ids(self, sources: Sequence[Sequence[int]], progress: Callable[[int], None] | None = None):
         """As :meth:`tf_transformer.decoding.translator.Translator.translate_ids`; ``stats`` also
         counts ``redecoded`` (see the module's notes on the per-sentence length limit)."""
         self.stats = _Stats()
         return batches.decode_in_batches(sources, self.limit, self.batch_size, self._decode, progress=progress,
-                                 stats=self.stats)
+                                         stats=self.stats, n_best=self.n_best)
 
     def translate(self, texts: Sequence[str], progress: Callable[[int], None] | None = None):
         """As :meth:`tf_transformer.decoding.translator.Translator.translate`."""
-        return batches.translate_texts(texts, self.tokenizer, self.translate_ids, progress=progress)
+        return batches.translate_texts(texts, self.tokenizer, self.translate_ids, progress=progress,
+                                       n_best=self.n_best)
 
     def score(self, sources: Sequence[str], targets: Sequence[str], progress: Callable[[int], None] | None = None):
         """As :meth:`tf_transformer.decoding.translator.Translator.score`, by CTranslate2's

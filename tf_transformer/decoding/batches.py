@@ -18,8 +18,7 @@ from tf_transformer.config.schema import STOP_RULES
 from tf_transformer.errors import UserError
 
 __all__ = ["TranslationStats", "check_beam_settings", "check_decode_settings", "check_search_kind", "decode_in_batches",
-           "score_in_batches",
-           "score_texts", "translate_texts"]
+           "score_in_batches", "score_texts", "translate_texts"]
 
 #: ``decode_batch(rows)``: one ``(token_ids, score)`` per row of ``rows`` (non-empty id lists, no
 #: BOS/EOS), in order; pad ids (0) in ``token_ids`` are dropped by :func:`decode_in_batches`.

@@ -277,7 +277,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (RULES + "\nexamples:\n"
                      "  echo 'A dog runs.' | tft translate --model runs/m30k      # the run directory of tft train\n"
                      "  tft translate --model runs/m30k/averaged.keras --input test.en --output test.de\n"
-                     "  tft translate --model runs/m30k    # at a terminal: type a sentence, Enter; Ctrl-D ends\n")
+                     "  tft translate --model runs/m30k    # at a terminal: type a sentence, Enter; Ctrl-D ends\n"
+                     "  tft translate --model runs/m30k --beam 5 --n-best 5 --input test.en    # 5 per line\n"
+                     "  tft translate --model runs/de-en --sample --sample-topk 10 --input mono.de --output bt.en\n"
+                     "  tft translate --model runs/m30k --input train.en --score-target train.de > scores.tsv\n")
     add_decode_arguments(parser)
     parser.add_argument("--input", default="-", help="input file, one sentence per line (default: - , stdin)")
     parser.add_argument("--output", default="-", help="output file (default: - , stdout)")

@@ -355,11 +355,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         lines, bad = read_input_lines(args.input, "--input")  # gzip when it ends in .gz, as everywhere
         where = args.input
-    if bad:
-        shown = ", ".join(str(n) for n in bad[:5]) + (" ..." if len(bad) > 5 else "")
-        print(f"tft translate: warning: {len(bad)} line(s) of {where} had invalid UTF-8 (line {shown}); "
-              "bad bytes were replaced with U+FFFD", file=sys.stderr)
-
+    _warn_invalid_utf8(where, bad)
     mark(args, "reading the input")
     if args.score_target is not None:
         return _score_targets(args, translator, lines, where)
@@ -380,14 +376,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"tft translate: warning: {stats.truncated} line(s) longer than the model limit of "
               f"{translator.limit} tokens were cut to it", file=sys.stderr)
 
-    text = "".join(_output_lines(args, i, o, s) for i, (o, s) in enumerate(zip(outputs, scores)))
-    if args.output == "-":
-        sys.stdout.buffer.write(text.encode("utf-8"))
-        sys.stdout.flush()
-        dest = "stdout"
-    else:
-        write_output_text(args.output, text, "--output")  # gzip when it ends in .gz
-        dest = args.output
+    dest = _write_output(args, "".join(_output_lines(args, i, o, s) for i, (o, s) in enumerate(zip(outputs, scores))))
     seconds = time.time() - start
     rate = stats.decoded / seconds if seconds > 0 else 0.0
     print(f"tft translate: wrote {len(outputs):,} translations to {dest} ({settings(decode, args, translator)}; "
@@ -403,10 +392,7 @@ def _score_targets(args: argparse.Namespace, translator, sources: list[str], whe
     from tf_transformer.decoding.translator import ProgressBar
 
     targets, bad = read_input_lines(args.score_target, "--score-target")
-    if bad:
-        print(f"tft translate: warning: {len(bad)} line(s) of {args.score_target} had invalid UTF-8 (line "
-              f"{', '.join(map(str, bad[:5]))}{' ...' if len(bad) > 5 else ''}); bad bytes were replaced with U+FFFD",
-              file=sys.stderr)
+    _warn_invalid_utf8(args.score_target, bad)
     if len(targets) != len(sources):
         raise UserError(f"--score-target {args.score_target} has {len(targets):,} lines but {where} has "
                         f"{len(sources):,}; line i of one must translate line i of the other")
@@ -416,15 +402,29 @@ def _score_targets(args: argparse.Namespace, translator, sources: list[str], whe
     if stats.truncated:
         print(f"tft translate: warning: {stats.truncated} pair(s) longer than the model limit of {translator.limit} "
               "tokens were cut to it", file=sys.stderr)
-    text = "".join(f"{lp:.4f}\t{lp / n if n else float('nan'):.4f}\t{n}\n" for lp, n in zip(log_probs, tokens))
+    dest = _write_output(args, "".join(f"{lp:.4f}\t{lp / n if n else float('nan'):.4f}\t{n}\n"
+                                       for lp, n in zip(log_probs, tokens)))
+    print(f"tft translate: scored {stats.decoded:,} of {len(sources):,} pairs ({stats.output_tokens:,} target tokens "
+          f"with EOS, {stats.seconds:.1f} s) to {dest}", file=sys.stderr)
+    return 0
+
+
+def _warn_invalid_utf8(where: str, bad: list[int]) -> None:
+    """The warning for the lines of ``where`` that had invalid UTF-8 (``bad``: their numbers)."""
+    if bad:
+        shown = ", ".join(str(n) for n in bad[:5]) + (" ..." if len(bad) > 5 else "")
+        print(f"tft translate: warning: {len(bad)} line(s) of {where} had invalid UTF-8 (line {shown}); "
+              "bad bytes were replaced with U+FFFD", file=sys.stderr)
+
+
+def _write_output(args: argparse.Namespace, text: str) -> str:
+    """``text`` to ``--output`` (gzip when it ends in .gz) or stdout; returns where, for the summary."""
     if args.output == "-":
         sys.stdout.buffer.write(text.encode("utf-8"))
         sys.stdout.flush()
-    else:
-        write_output_text(args.output, text, "--output")
-    print(f"tft translate: scored {stats.decoded:,} of {len(sources):,} pairs ({stats.output_tokens:,} target tokens "
-          f"with EOS, {stats.seconds:.1f} s) to {'stdout' if args.output == '-' else args.output}", file=sys.stderr)
-    return 0
+        return "stdout"
+    write_output_text(args.output, text, "--output")
+    return args.output
 
 
 def _output_lines(args: argparse.Namespace, index: int, output, score) -> str:

@@ -261,14 +261,8 @@ class Translator:
 
     def _decode_rows(self, rows: list[list[int]]) -> list[tuple]:
         """One batch: ``rows`` padded to a common width (bucketed under XLA), decoded by the graph."""
-        import numpy as np
-
         width = max(len(r) for r in rows)
-        width = min(-(-width // self._bucket) * self._bucket, self.limit)
-        batch = np.zeros((len(rows), width), np.int32)
-        for row, ids in enumerate(rows):
-            batch[row, : len(ids)] = ids
-        ids, scores = self._decode(batch)
+        ids, scores = self._decode(_padded(rows, min(-(-width // self._bucket) * self._bucket, self.limit)))
         return list(zip(ids.numpy(), scores.numpy()))
 
     def translate(self, texts: Sequence[str], progress: Callable[[int], None] | None = None
@@ -303,10 +297,11 @@ class Translator:
         return [(float(lp), int(n)) for lp, n in zip(sums.numpy(), counts.numpy())]
 
 
-def _padded(rows: list[list[int]]):
+def _padded(rows: list[list[int]], width: int | None = None):
+    """``rows`` as an int32 array padded with 0 to ``width`` (default: the longest row)."""
     import numpy as np
 
-    out = np.zeros((len(rows), max(map(len, rows))), np.int32)
+    out = np.zeros((len(rows), width or max(map(len, rows))), np.int32)
     for i, row in enumerate(rows):
         out[i, : len(row)] = row
     return out

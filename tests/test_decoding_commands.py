@@ -220,6 +220,44 @@ def _lines_of(stream):
     return lines
 
 
+def test_stream_batches_the_lines_that_wait_and_raises_what_the_reader_met():
+    """--stream's reader: in order, never more than the most per batch; lines read while the
+    consumer is busy come together in full batches; an error of the reading reaches the
+    consumer after the lines before it."""
+    import io
+    import time
+
+    from tf_transformer.cli.decode import _arrived
+
+    lines = [f"line {i}\n".encode() for i in range(11)]
+    batches = _arrived(io.BytesIO(b"".join(lines)), 4)
+    got = [next(batches)]
+    time.sleep(0.3)
+    for batch in batches:  # a slow consumer: the reader has filled the queue (8 lines) meanwhile
+        got.append(batch)
+        time.sleep(0.3)
+    assert [line for batch in got for line in batch] == lines
+    rest = 11 - len(got[0])
+    assert [len(b) for b in got[1:]] == [4] * (rest // 4) + ([rest % 4] if rest % 4 else [])
+    assert [len(b) for b in _arrived(io.BytesIO(b"".join(lines)), 1)] == [1] * 11
+    assert list(_arrived(io.BytesIO(b""), 4)) == []
+
+    class Broken:
+        def __init__(self):
+            self.left = [b"a\n", b"b\n"]
+
+        def readline(self):
+            if self.left:
+                return self.left.pop(0)
+            raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+
+    seen = []
+    with pytest.raises(EOFError, match="end-of-stream marker"):
+        for batch in _arrived(Broken(), 4):
+            seen += batch
+    assert seen == [b"a\n", b"b\n"]
+
+
 def test_cli_translate_stream_answers_each_line_before_the_next_is_written(assets, tmp_path, capsys):
     """--stream on a pipe that stays open: each translation arrives while the process still
     waits for the next line (the batch path waits for the input's end), and the outputs are
@@ -263,7 +301,7 @@ def test_cli_translate_stream_answers_each_line_before_the_next_is_written(asset
     err = proc.stderr.read().decode()
     assert got == want, err
     assert "line 2 of <stdin> had invalid UTF-8" in err and "wrote 4 translations to stdout" in err
-    assert "line by line" in err and "ready" not in err  # a pipe: no prompt
+    assert "as they came: 4 batches" in err and "ready" not in err  # one at a time, as written; no prompt
 
     controller, terminal = pty.openpty()
     proc = subprocess.Popen(command, stdin=terminal, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
@@ -341,8 +379,13 @@ def test_sampling_is_seeded_and_its_flags_are_checked(tiny, assets, tmp_path, ca
     assert sum(a != b for a, b in zip(first, greedy)) >= 6
     assert sum(a == b for a, b in zip(draw(seed=1, temperature=1e-3), greedy)) >= 22  # argmax, bar exact ties
     assert sum(a != b for a, b in zip(draw(seed=1, top_k=2), first)) >= 1
+    # a nucleus this small holds only the most probable token: greedy's outputs, whatever the seed
+    assert draw(seed=1, top_p=1e-6) == draw(seed=2, top_p=1e-6) == greedy
+    assert sum(a != b for a, b in zip(draw(seed=1, top_p=0.5), first)) >= 1
     with pytest.raises(UserError, match="sample=True draws one token at a time: it needs beam_size=1, not 4"):
         Translator(*tiny, beam_size=4, sample=True)
+    with pytest.raises(UserError, match="top_p=0: sampling needs 0 < top_p <= 1"):
+        Translator(*tiny, beam_size=1, sample=True, top_p=0)
 
     src = tmp_path / "in.txt"
     src.write_text("\n".join(texts[:6]) + "\n")
@@ -353,8 +396,14 @@ def test_sampling_is_seeded_and_its_flags_are_checked(tiny, assets, tmp_path, ca
         outs.append((tmp_path / name).read_text(encoding="utf-8"))
     assert outs[0] == outs[1] and len(outs[0].splitlines()) == 6
     assert "(sampling from the top 5, temperature 1, seed 3, max +8 tokens;" in capsys.readouterr().err
+    assert main([*flags, "--output", str(tmp_path / "c"), "--sample", "--sample-topp", "1e-6", "--seed", "4"]) == 0
+    assert (tmp_path / "c").read_text(encoding="utf-8").splitlines() == greedy[:6]
+    assert "(sampling from all tokens (nucleus 1e-06), temperature 1, seed 4," in capsys.readouterr().err
     for extra, said in ((["--sample", "--beam", "4"], "--sample draws one token at a time: leave out --beam"),
                         (["--temperature", "0.5"], "--temperature: applies to --sample only"),
+                        (["--sample-topp", "0.9"], "--sample-topp: applies to --sample only"),
+                        (["--sample", "--sample-topp", "0"], "--sample-topp 0: must be > 0 and <= 1"),
+                        (["--sample", "--sample-topp", "1.5"], "--sample-topp 1.5: must be > 0 and <= 1"),
                         (["--sample", "--temperature", "0"], "--temperature 0: must be > 0")):
         assert main([*flags, *extra]) == 2, extra
         assert said in capsys.readouterr().err, extra

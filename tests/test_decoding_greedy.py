@@ -63,23 +63,37 @@ def softmax(x):
     return e / e.sum()
 
 
-@pytest.mark.parametrize("top_k, temperature", [(0, 1.0), (0, 0.5), (2, 1.0), (2, 2.0)])
-def test_sampling_draws_from_the_tempered_top_k_distribution(top_k, temperature):
+def nucleus(probs, top_p):
+    """NumPy reference: the indices of the fewest most probable entries of ``probs`` (a
+    distribution) whose sum reaches ``top_p``."""
+    order = np.argsort(-probs, kind="stable")
+    before = np.cumsum(probs[order]) - probs[order]
+    return order[before < top_p]
+
+
+@pytest.mark.parametrize("top_k, temperature, top_p", [
+    (0, 1.0, 1.0), (0, 0.5, 1.0), (2, 1.0, 1.0), (2, 2.0, 1.0),
+    # nucleus: probabilities 0.51 (4), 0.31 (5), 0.19 (EOS) at T 1; 0.67, 0.25, 0.09 at T 0.5
+    (0, 1.0, 0.5), (0, 1.0, 0.6), (0, 1.0, 0.9), (0, 0.5, 0.8), (2, 1.0, 0.3)])
+def test_sampling_draws_from_the_tempered_top_k_distribution(top_k, temperature, top_p):
     """20,000 first tokens drawn in one batch: their frequencies are softmax(logits / T) over
-    the top_k tokens (within 4 standard errors); the score is the model's own log-probability
-    of what was drawn (temperature 1, whole vocabulary); the same seed draws the same tokens,
-    another seed others; BOS is never drawn."""
+    the top_k tokens and, of those, the top_p nucleus (a NumPy reference; within 4 standard
+    errors); the score is the model's own log-probability of what was drawn (temperature 1,
+    whole vocabulary); the same seed draws the same tokens, another seed others; BOS is never
+    drawn."""
     table, logits = first_token_table()
     fn = lambda ids, step, cache: (tf.gather(table, ids[:, step]), cache)  # noqa: E731
     n = 20_000
     run = lambda seed: greedy_search(fn, tf.fill([n], BOS), {}, max_decode_length=3, eos_id=EOS,  # noqa: E731
                                      never_ids=(PAD, BOS), sample=True, top_k=top_k, temperature=temperature,
-                                     seed=seed)
+                                     seed=seed, top_p=top_p)
     ids, scores = run((7, 0))
     first = ids.numpy()[:, 1]
     want = np.zeros(6)
     allowed = np.argsort(-logits)[: top_k or 6]
+    allowed = allowed[nucleus(softmax(logits[allowed] / temperature), top_p)]
     want[allowed] = softmax(logits[allowed] / temperature)
+    assert len(allowed) == {0.5: 1, 0.6: 2, 0.9: 3, 0.8: 2, 0.3: 1}.get(top_p, top_k or 6)  # the cases above
     got = np.bincount(first, minlength=6) / n
     np.testing.assert_allclose(got, want, atol=4 * np.sqrt(0.25 / n))
     assert set(np.unique(first)) <= set(allowed.tolist()) and BOS not in first
@@ -88,7 +102,47 @@ def test_sampling_draws_from_the_tempered_top_k_distribution(top_k, temperature)
     expected = np.where(first == EOS, model[EOS], model[first] + then_eos)
     np.testing.assert_allclose(scores.numpy(), expected, atol=1e-4)
     np.testing.assert_array_equal(run((7, 0))[0].numpy(), ids.numpy())
-    assert (run((8, 0))[0].numpy()[:, 1] != first).mean() > 0.2
+    if len(allowed) > 1:
+        assert (run((8, 0))[0].numpy()[:, 1] != first).mean() > 0.2
+
+
+def test_nucleus_is_exact_when_it_holds_more_than_the_first_tokens_looked_at():
+    """A 300-token vocabulary, one batch of two kinds of rows: peaked rows (a nucleus of 0.9 in
+    a few tokens) and flat rows (a nucleus of over a hundred tokens, more than the 64 that the
+    sampler looks at before it sorts the whole rows). Each kind's draws cover exactly its
+    nucleus (NumPy reference) with its renormalised probabilities (within 4 standard errors);
+    with only peaked rows the draws are as exact."""
+    from tf_transformer.decoding import greedy
+
+    V, n, top_p = 300, 12_000, 0.9
+    rng = np.random.default_rng(0)
+    peaked = np.concatenate([[-30.0] * 4, [9.0, 8.0, 7.5], rng.normal(0, 1, V - 7)])
+    flat = np.concatenate([[-30.0] * 4, np.sort(rng.normal(0, 0.3, V - 4))[::-1]])
+    rows = tf.constant(np.stack([peaked, flat]), tf.float32)
+    forced_eos = np.full(V, -30.0)
+    forced_eos[EOS] = 0.0
+
+    def fn(ids, step, cache):
+        logits = tf.where(step == 0, tf.gather(rows, cache["kind"]), tf.constant(forced_eos, tf.float32)[None])
+        return logits, cache
+
+    for kinds in (np.arange(n) % 2, np.zeros(n, np.int64)):
+        ids, _ = greedy_search(fn, tf.fill([n], BOS), {"kind": tf.constant(kinds, tf.int32)}, max_decode_length=2,
+                               eos_id=EOS, never_ids=(PAD, BOS), sample=True, top_p=top_p, seed=(3, 0))
+        first = ids.numpy()[:, 1]
+        for kind, logits in ((0, peaked), (1, flat)):
+            drawn = first[kinds == kind]
+            if not len(drawn):
+                continue
+            probs = softmax(np.where(np.isin(np.arange(V), [PAD, BOS]), -np.inf, logits))
+            core = nucleus(probs, top_p)
+            assert (len(core) < greedy._NUCLEUS_FIRST) == (kind == 0), len(core)
+            want = np.zeros(V)
+            want[core] = probs[core] / probs[core].sum()
+            got = np.bincount(drawn, minlength=V) / len(drawn)
+            assert set(np.unique(drawn)) == set(core.tolist())
+            off = np.abs(got - want) / (np.sqrt(want * (1 - want) / len(drawn)) + 1e-12)
+            assert off.max() < 4.5, (kind, off.max())  # 300 tokens: 4.5 standard errors
 
 
 def test_sampling_settings_are_checked():
@@ -98,3 +152,6 @@ def test_sampling_settings_are_checked():
         greedy_search(fn, tf.constant([BOS]), {}, 3, EOS, sample=True, temperature=0)
     with pytest.raises(ValueError, match="top_k=-1: must be >= 0"):
         greedy_search(fn, tf.constant([BOS]), {}, 3, EOS, sample=True, top_k=-1)
+    for top_p in (0, 1.5):
+        with pytest.raises(ValueError, match=f"top_p={top_p}: must be in"):
+            greedy_search(fn, tf.constant([BOS]), {}, 3, EOS, sample=True, top_p=top_p)

@@ -151,7 +151,8 @@ def test_n_best_lists_and_sampling_on_ctranslate2(exported, tiny, sources):
     0, and mostly agree with ours (the third hypothesis less often: our search runs on until no
     live hypothesis can displace it and then mostly finds a better one, CTranslate2's stops at
     the beam-th ending; 14 of 120 lists differed, 12 only there); its sampling is
-    reproducible for a seed, differs for another, and at a near-zero temperature is greedy."""
+    reproducible for a seed, differs for another, and at a near-zero temperature or
+    with a nucleus of one token is greedy."""
     model, tok = tiny
     ours = Translator(model, tok, beam_size=4, alpha=0.0, n_best=3, stop_rule="beam_finished")
     theirs = CT2Translator(exported, tok, beam_size=4, alpha=0.0, n_best=3)
@@ -168,6 +169,8 @@ def test_n_best_lists_and_sampling_on_ctranslate2(exported, tiny, sources):
     assert draw(1) == first and sum(x != y for x, y in zip(draw(2), first)) >= 0.2 * len(sources)
     greedy, _, _ = Translator(model, tok, beam_size=1).translate_ids(sources)
     assert sum(x == y for x, y in zip(draw(1, temperature=1e-3), greedy)) >= 0.9 * len(sources)
+    assert draw(1, top_p=1e-6) == draw(2, top_p=1e-6) == greedy  # a nucleus of one token: argmax
+    assert sum(x != y for x, y in zip(draw(1, top_p=0.5), first)) >= 1
     with pytest.raises(UserError, match="sample=True draws one token at a time"):
         CT2Translator(exported, tok, beam_size=4, sample=True)
 

@@ -32,8 +32,9 @@ input rules:
   - at most (source tokens + --max-extra-len) output tokens, never more than max_length
   - --stream (the default when stdin is a terminal): each line is translated and its
     translation written (and flushed) as soon as the line is read, for interactive use and
-    pipes that stay open; otherwise the whole input is read first and decoded in batches of
-    similar length, which is faster for files
+    pipes that stay open; lines that arrive while one is decoded are decoded together next
+    (up to --batch-size; one at a time with --sample). Otherwise the whole input is read first
+    and decoded in batches of similar length, which is fastest for files
 
 environment:
   TF_ENABLE_ONEDNN_OPTS  set to 0 (TensorFlow's own CPU kernels, not oneDNN's) unless you set it:
@@ -147,11 +148,13 @@ def build_translator(args):
 
 
 def sampling_settings(args, decode) -> dict:
-    """``Translator`` keywords of ``--sample`` and its ``--sample-topk``, ``--temperature`` and
-    ``--seed`` (``{}`` without ``--sample``; then those flags are refused, not ignored);
+    """``Translator`` keywords of ``--sample`` and its ``--sample-topk``, ``--sample-topp``,
+    ``--temperature`` and ``--seed`` (``{}`` without ``--sample``; then those flags are refused,
+    not ignored);
     ``--sample`` decodes with one beam, so it sets ``decode.beam_size`` to 1."""
-    given = [flag for flag, name in (("--sample-topk", "sample_topk"), ("--temperature", "temperature"),
-                                     ("--seed", "seed")) if getattr(args, name, None) is not None]
+    given = [flag for flag, name in (("--sample-topk", "sample_topk"), ("--sample-topp", "sample_topp"),
+                                     ("--temperature", "temperature"), ("--seed", "seed"))
+             if getattr(args, name, None) is not None]
     if not getattr(args, "sample", False):
         if given:
             raise UserError(f"{', '.join(given)}: {'applies' if len(given) == 1 else 'apply'} to --sample only")
@@ -159,13 +162,17 @@ def sampling_settings(args, decode) -> dict:
     if args.beam not in (None, 1) or getattr(args, "n_best", 1) > 1:
         raise UserError("--sample draws one token at a time: leave out --beam (or give --beam 1) and --n-best")
     top_k = 0 if args.sample_topk is None else args.sample_topk
+    top_p = 1.0 if args.sample_topp is None else args.sample_topp
     temperature = 1.0 if args.temperature is None else args.temperature
     if top_k < 0:
         raise UserError(f"--sample-topk {top_k}: must be >= 0 (0: the whole vocabulary)")
+    if not 0 < top_p <= 1:
+        raise UserError(f"--sample-topp {top_p:g}: must be > 0 and <= 1 (1: no nucleus)")
     if not temperature > 0:
         raise UserError(f"--temperature {temperature:g}: must be > 0")
     decode.beam_size = 1
-    return dict(sample=True, top_k=top_k, temperature=temperature, seed=0 if args.seed is None else args.seed)
+    return dict(sample=True, top_k=top_k, top_p=top_p, temperature=temperature,
+                seed=0 if args.seed is None else args.seed)
 
 
 def mark(args, phase: str, note: str = "") -> None:
@@ -253,13 +260,15 @@ def build_ct2_translator(args, decode, vocab, **search):
     return translator
 
 
-def describe(decode, engine: str = "tensorflow", sampling: tuple | None = None) -> str:
+def describe(decode, engine: str = "tensorflow", sampling=None) -> str:
     """The decoding settings in a few words, for summary lines (``engine``: ``--engine``;
-    ``sampling``: a :class:`Translator`'s ``(top_k, temperature, seed)``)."""
+    ``sampling``: a :class:`Translator`'s :class:`tf_transformer.decoding.batches.Sampling`)."""
     if sampling is not None:
-        top_k, temperature, seed = sampling
-        among = f"the top {top_k}" if top_k else "all tokens"
-        return f"sampling from {among}, temperature {temperature:g}, seed {seed}, max +{decode.max_extra_length} tokens"
+        among = f"the top {sampling.top_k}" if sampling.top_k else "all tokens"
+        if sampling.top_p < 1:
+            among += f" (nucleus {sampling.top_p:g})"
+        return (f"sampling from {among}, temperature {sampling.temperature:g}, seed {sampling.seed}, "
+                f"max +{decode.max_extra_length} tokens")
     if decode.beam_size == 1:
         return f"greedy, max +{decode.max_extra_length} tokens"
     rule = ""
@@ -280,6 +289,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      "  tft translate --model runs/m30k    # at a terminal: type a sentence, Enter; Ctrl-D ends\n"
                      "  tft translate --model runs/m30k --beam 5 --n-best 5 --input test.en    # 5 per line\n"
                      "  tft translate --model runs/de-en --sample --sample-topk 10 --input mono.de --output bt.en\n"
+                     "  tft translate --model runs/de-en --sample --sample-topp 0.9 --input mono.de --output bt.en\n"
                      "  tft translate --model runs/m30k --input train.en --score-target train.de > scores.tsv\n")
     add_decode_arguments(parser)
     parser.add_argument("--input", default="-", help="input file, one sentence per line (default: - , stdin)")
@@ -287,7 +297,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stream", action="store_true",
                         help="translate each line as soon as it is read and write its translation at once "
                              "(flushed), for interactive use and pipes that stay open (the default when stdin is "
-                             "a terminal); without it the whole input is read first and decoded in batches")
+                             "a terminal); lines that arrive while others are decoded go together into the next "
+                             "batch (up to --batch-size). Without it the whole input is read first and decoded in "
+                             "batches of similar length")
     parser.add_argument("--timings", action="store_true",
                         help="print where the process's wall-clock time went on stderr: Python start-up, the "
                              "TensorFlow import, loading the model, tracing the decoding graph, decoding (and "
@@ -305,6 +317,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "same input, --seed and --batch-size give the same output")
     parser.add_argument("--sample-topk", type=int, default=None, metavar="K",
                         help="with --sample: draw from the K most probable tokens only (default 0: from all)")
+    parser.add_argument("--sample-topp", type=float, default=None, metavar="P",
+                        help="with --sample: nucleus sampling (Holtzman et al., 2020): draw from the fewest most "
+                             "probable tokens whose probabilities sum to at least P, 0 < P <= 1 (default 1: from "
+                             "all); applied after --temperature and --sample-topk")
     parser.add_argument("--temperature", type=float, default=None, metavar="T",
                         help="with --sample: divide the log-probabilities by T before drawing (default 1: the "
                              "model's own distribution; below 1 sharper, above 1 flatter)")
@@ -443,9 +459,13 @@ def _is_terminal(stream) -> bool:
 
 
 def _translate_stream(args: argparse.Namespace, decode, translator) -> int:
-    """``--stream``: read a line, translate it, write the translation and flush; until the
-    input ends (Ctrl-D at a terminal). Same rules and outputs as the batch path, one line
-    per decoding batch."""
+    """``--stream``: translate lines as they come and write (and flush) each batch's
+    translations at once, until the input ends (Ctrl-D at a terminal). A batch is the next line
+    and those already waiting behind it (:func:`_arrived`), up to ``--batch-size`` per decoding
+    thread: one line at a time when they come one by one, batches when a pipe runs ahead of the
+    decoder. Sampling
+    decodes one line per batch, so that a line's draws depend on it and ``--seed`` only, not
+    on what arrived with it. Same rules and outputs as the batch path."""
     import gzip
 
     from tf_transformer.data.sources import open_binary
@@ -455,7 +475,7 @@ def _translate_stream(args: argparse.Namespace, decode, translator) -> int:
         translator.trace()  # before the prompt, not in the first sentence's wait
     where = "<stdin>" if args.input == "-" else args.input
     dest = "stdout" if args.output == "-" else args.output
-    count = tokens = 0
+    count = tokens = batches = 0
     with contextlib.ExitStack() as files:
         try:
             source = sys.stdin.buffer if args.input == "-" else files.enter_context(open_binary(args.input))
@@ -474,22 +494,73 @@ def _translate_stream(args: argparse.Namespace, decode, translator) -> int:
             print(f"tft translate: ready ({settings(decode, args, translator)}); type a sentence and press "
                   "Enter; Ctrl-D ends", file=sys.stderr)
         start = time.time()
+        # enough waiting lines for a batch per decoding thread (Translator's workers)
+        most = 1 if getattr(translator, "sampling", None) is not None else (
+            decode.batch_size * getattr(translator, "workers", 1))
         try:
-            for number, raw in enumerate(iter(source.readline, b""), start=1):
-                line, valid = decode_line(raw)
-                if not valid:
-                    print(f"tft translate: warning: line {number} of {where} had invalid UTF-8; bad bytes were "
-                          "replaced with U+FFFD", file=sys.stderr)
-                outputs, scores, stats = translator.translate([line])
+            for raws in _arrived(source, most):
+                lines = []
+                for number, raw in enumerate(raws, start=count + 1):
+                    line, valid = decode_line(raw)
+                    if not valid:
+                        print(f"tft translate: warning: line {number} of {where} had invalid UTF-8; bad bytes were "
+                              "replaced with U+FFFD", file=sys.stderr)
+                    lines.append(line)
+                outputs, scores, stats = translator.translate(lines)
                 if stats.truncated:
-                    print(f"tft translate: warning: line {number} of {where} is longer than the model limit of "
-                          f"{translator.limit} tokens; it was cut to it", file=sys.stderr)
-                sink.write(_output_lines(args, number - 1, outputs[0], scores[0]).encode("utf-8"))
+                    which = (f"line {count + 1} of {where} is" if len(lines) == 1 else
+                             f"{stats.truncated} of lines {count + 1}-{count + len(lines)} of {where} are")
+                    print(f"tft translate: warning: {which} longer than the model limit of {translator.limit} "
+                          "tokens; cut to it", file=sys.stderr)
+                sink.write("".join(_output_lines(args, count + i, o, s)
+                                   for i, (o, s) in enumerate(zip(outputs, scores))).encode("utf-8"))
                 sink.flush()
-                count += 1
+                count += len(lines)
                 tokens += stats.output_tokens
+                batches += 1
         except (gzip.BadGzipFile, EOFError) as e:
             raise UserError(f"--input {args.input}: not a readable gzip file ({e})") from None
     print(f"tft translate: wrote {count:,} translations to {dest} ({settings(decode, args, translator)}; {tokens:,} "
-          f"output tokens, {time.time() - start:.1f} s, line by line)", file=sys.stderr)
+          f"output tokens, {time.time() - start:.1f} s, as they came: {batches:,} batches)", file=sys.stderr)
     return 0
+
+
+def _arrived(source, most: int):
+    """Batches of ``source``'s lines (bytes) as they arrive: each the next line (waited for)
+    and up to ``most - 1`` more that are already read, in order. A thread reads ahead, so a
+    line that arrives while a batch is decoded waits for the next batch (at most ``2 * most``
+    lines wait: a fast pipe is read no faster than it is translated); an error of the reading
+    (a broken gzip file) is raised here, after the lines before it."""
+    import queue
+    import threading
+
+    waiting: queue.Queue = queue.Queue(maxsize=2 * most)
+    end = object()
+
+    def read():
+        try:
+            for raw in iter(source.readline, b""):
+                waiting.put(raw)
+            waiting.put(end)
+        except BaseException as e:  # handed to the consumer, which raises it
+            waiting.put(e)
+
+    threading.Thread(target=read, daemon=True, name="tft-stream-reader").start()
+    item = None
+    while item is not end:
+        batch = []
+        item = waiting.get()
+        while item is not end and not isinstance(item, BaseException):
+            batch.append(item)
+            if len(batch) >= most:
+                item = None
+                break
+            try:
+                item = waiting.get_nowait()
+            except queue.Empty:
+                item = None
+                break
+        if batch:
+            yield batch  # the lines before an error first
+        if isinstance(item, BaseException):
+            raise item

@@ -13,16 +13,28 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 from tf_transformer.config.schema import STOP_RULES
 from tf_transformer.errors import UserError
 
-__all__ = ["TranslationStats", "check_beam_settings", "check_decode_settings", "check_search_kind", "decode_in_batches",
-           "score_in_batches", "score_texts", "translate_texts"]
+__all__ = ["Sampling", "TranslationStats", "check_beam_settings", "check_decode_settings", "check_search_kind",
+           "decode_in_batches", "score_in_batches", "score_texts", "translate_texts"]
 
 #: ``decode_batch(rows)``: one ``(token_ids, score)`` per row of ``rows`` (non-empty id lists, no
 #: BOS/EOS), in order; pad ids (0) in ``token_ids`` are dropped by :func:`decode_in_batches`.
 DecodeBatch = Callable[[list[list[int]]], Iterable[tuple[Iterable[int], float]]]
+
+
+class Sampling(NamedTuple):
+    """How a sampling translator draws each token: from the ``top_k`` most probable tokens
+    (0: all), then from the smallest set of those whose probabilities sum to at least
+    ``top_p`` (nucleus sampling; 1: all of them), at ``temperature``, seeded by ``seed``."""
+
+    top_k: int = 0
+    top_p: float = 1.0
+    temperature: float = 1.0
+    seed: int = 0
 
 
 @dataclasses.dataclass
@@ -61,19 +73,26 @@ def check_decode_settings(beam_size: int, alpha: float, max_extra_length: int, b
         raise UserError(f"batch_size={batch_size}: must be >= 1")
 
 
-def check_search_kind(beam_size: int, n_best: int, sample: bool, top_k: int, temperature: float):
-    """``(top_k, temperature)`` checked for a translator's ``n_best`` and sampling arguments (a
-    :class:`UserError` naming them otherwise): an n-best list needs as many beams; sampling draws
-    one token at a time (``beam_size=1``), at ``temperature > 0``, from ``top_k >= 0`` tokens."""
+def check_search_kind(beam_size: int, n_best: int, sample: bool, top_k: int = 0, temperature: float = 1.0,
+                      seed: int = 0, top_p: float = 1.0) -> Sampling | None:
+    """A translator's ``n_best`` and sampling arguments checked (a :class:`UserError` naming them
+    otherwise): an n-best list needs as many beams; sampling draws one token at a time
+    (``beam_size=1``), at ``temperature > 0``, from ``top_k >= 0`` tokens and a nucleus
+    ``0 < top_p <= 1``. Returns the :class:`Sampling` (``None`` without ``sample``)."""
     if not 1 <= n_best <= beam_size:
         raise UserError(f"n_best={n_best}: must be between 1 and beam_size={beam_size} (an n-best list needs "
                         "beam search with at least that many beams)")
-    if sample and beam_size != 1:
+    if not sample:
+        return None
+    if beam_size != 1:
         raise UserError(f"sample=True draws one token at a time: it needs beam_size=1, not {beam_size}")
-    if sample and not (temperature > 0 and top_k >= 0):
+    if not (temperature > 0 and top_k >= 0):
         raise UserError(f"temperature={temperature}, top_k={top_k}: sampling needs temperature > 0 and "
                         "top_k >= 0 (0: the whole vocabulary)")
-    return int(top_k), float(temperature)
+    if not 0 < top_p <= 1:
+        raise UserError(f"top_p={top_p}: sampling needs 0 < top_p <= 1 (the probability mass of the nucleus "
+                        "drawn from; 1: every token)")
+    return Sampling(int(top_k), float(top_p), float(temperature), int(seed))
 
 
 def decode_in_batches(sources: Sequence[Sequence[int]], limit: int, batch_size: int, decode_batch: DecodeBatch,

@@ -9,8 +9,12 @@ other sizes may change from step to step, as in beam search).
 **Sampling** (``sample=True``) draws each token from the model's distribution instead of
 taking the most probable one, as back-translation does to make varied synthetic sources
 (Edunov et al., 2018, "Understanding Back-Translation at Scale"): from the ``top_k`` most
-probable tokens only (0: all), at ``temperature`` (the log-probabilities divided by it before
-renormalising; 1: the model's own distribution). The draw is the Gumbel-max trick on
+probable tokens only (0: all), and of those from the nucleus of ``top_p`` (the fewest most
+probable tokens whose probabilities, renormalised, sum to at least ``top_p``; Holtzman et al.,
+2020, "The Curious Case of Neural Text Degeneration"; 1: all), at ``temperature`` (the
+log-probabilities divided by it before renormalising, and before ``top_k`` and ``top_p`` pick
+the tokens; 1: the model's own distribution). Tokens tied with the nucleus's least probable
+one are kept with it. The draw is the Gumbel-max trick on
 stateless random numbers seeded by ``seed`` and the step, so the same ``seed`` and the same
 batch give the same tokens; the returned score is the model's log-probability of the drawn
 tokens (at temperature 1, over the whole vocabulary), as for greedy decoding.
@@ -42,6 +46,7 @@ def greedy_search(
     top_k: int = 0,
     temperature: float = 1.0,
     seed=(0, 0),
+    top_p: float = 1.0,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Pick the most probable token at every step (or draw one: ``sample``) until EOS or the
     maximum length.
@@ -65,6 +70,8 @@ def greedy_search(
       sample: draw each token (see the module docstring) instead of taking the most probable.
       top_k: with ``sample``, draw from the ``top_k`` most probable tokens only (0: from all).
       temperature: with ``sample``, divide the log-probabilities by it before drawing (> 0).
+      top_p: with ``sample``, draw from the nucleus of this probability mass (``0 < top_p <= 1``;
+        1: from all the ``top_k``).
       seed: with ``sample``, two integers (a shape-``[2]`` int tensor is accepted): the draws
         of step ``i`` use the stateless seed ``(seed[0], seed[1] + i)``.
 
@@ -77,6 +84,8 @@ def greedy_search(
         raise ValueError(f"temperature={temperature}: must be > 0")
     if sample and top_k < 0:
         raise ValueError(f"top_k={top_k}: must be >= 0 (0: the whole vocabulary)")
+    if sample and not 0 < top_p <= 1:
+        raise ValueError(f"top_p={top_p}: must be in (0, 1] (1: no nucleus)")
     seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
     initial_ids = tf.cast(tf.convert_to_tensor(initial_ids), tf.int32)
     static_batch = initial_ids.shape[0]
@@ -101,7 +110,7 @@ def greedy_search(
         logits, cache = _call(symbols_to_logits_fn, ids, i, cache, sentence_cache if has_sentence_cache else None)
         log_probs = never_written(tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1), never_ids)
         if sample:
-            token = _draw(log_probs, top_k, temperature, tf.stack([seed[0], seed[1] + tf.cast(i, tf.int64)]))
+            token = _draw(log_probs, top_k, temperature, tf.stack([seed[0], seed[1] + tf.cast(i, tf.int64)]), top_p)
         else:
             token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         token_log_prob = tf.gather(log_probs, token, batch_dims=1)
@@ -140,17 +149,57 @@ def greedy_search(
     return _store(tf.ones_like(rows, tf.bool), rows, ids, scores, out_ids, out_scores)
 
 
-def _draw(log_probs, top_k: int, temperature: float, seed):
+def _draw(log_probs, top_k: int, temperature: float, seed, top_p: float = 1.0):
     """One token per row drawn from ``softmax(log_probs / temperature)`` restricted to the
-    row's ``top_k`` most probable tokens (0: all): the Gumbel-max trick, ``argmax(x + g)`` with
-    ``g = -log(-log(u))``, ``u`` uniform in (0, 1) from the stateless ``seed``."""
+    row's ``top_k`` most probable tokens (0: all) and to the nucleus of ``top_p`` among them
+    (1: all): the Gumbel-max trick, ``argmax(x + g)`` with ``g = -log(-log(u))``, ``u``
+    uniform in (0, 1) from the stateless ``seed``."""
     scaled = log_probs / temperature
     vocab = log_probs.shape[-1]
+    never = tf.constant(float("-inf"), scaled.dtype)
     if top_k and (vocab is None or top_k < vocab):
         kth = tf.math.top_k(scaled, k=top_k).values[:, -1:]
-        scaled = tf.where(scaled < kth, tf.constant(float("-inf"), scaled.dtype), scaled)
+        scaled = tf.where(scaled < kth, never, scaled)
+    if top_p < 1:
+        scaled = tf.where(scaled < _nucleus_floor(scaled, top_p), never, scaled)
     u = tf.random.stateless_uniform(tf.shape(scaled), seed, minval=_TINY, maxval=1.0)
     return tf.argmax(scaled - tf.math.log(-tf.math.log(u)), axis=-1, output_type=tf.int32)
+
+
+def _nucleus_floor(scaled, top_p: float):
+    """``[batch, 1]``: the least value of each row's nucleus of ``softmax(scaled)`` (the fewest
+    largest values whose probabilities sum to at least ``top_p``: a value is in it while the mass
+    before it, largest first, is below ``top_p``). Found among the row's :data:`_NUCLEUS_FIRST`
+    largest values (a ``top_k``) where they hold that mass; the other rows are sorted whole
+    (a sort of a 10k vocabulary costs about ten times that ``top_k``)."""
+    log_total = tf.reduce_logsumexp(scaled, axis=-1, keepdims=True)
+
+    def floor(ranked, log_total):  # ranked: a row's largest values, descending
+        before = tf.cumsum(tf.exp(ranked - log_total), axis=-1, exclusive=True)
+        kept = tf.maximum(tf.reduce_sum(tf.cast(before < top_p, tf.int32), axis=-1), 1)
+        return tf.gather(ranked, kept - 1, batch_dims=1)[:, None]
+
+    def sort(rows):
+        return tf.sort(rows, axis=-1, direction="DESCENDING")
+
+    vocab = scaled.shape[-1]
+    if vocab is None or vocab <= _NUCLEUS_FIRST:
+        return floor(sort(scaled), log_total)
+    first = tf.math.top_k(scaled, k=_NUCLEUS_FIRST).values
+    covered = tf.reduce_sum(tf.exp(first - log_total), axis=-1) >= top_p
+    floors = floor(first, log_total)
+
+    def sorted_rows():
+        rows = tf.where(~covered)
+        return tf.tensor_scatter_nd_update(
+            floors, rows, floor(sort(tf.gather_nd(scaled, rows)), tf.gather_nd(log_total, rows)))
+
+    return tf.cond(tf.reduce_all(covered), lambda: floors, sorted_rows)
+
+
+#: How many of a row's most probable tokens :func:`_nucleus_floor` looks at before it sorts
+#: the whole vocabulary.
+_NUCLEUS_FIRST = 64
 
 
 def _store(which, rows, ids, scores, out_ids, out_scores):

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from tf_transformer.decoding.batches import Sampling
 from tf_transformer.decoding.beam_search import beam_search
 from tf_transformer.decoding.greedy import greedy_search
 from tf_transformer.errors import UserError
@@ -187,7 +188,7 @@ def translate_batch(
     static_cache: bool | None = None,
     stop_rule: str = "bound",
     n_best: int = 1,
-    sampling: tuple[int, float, int] | None = None,
+    sampling: Sampling | None = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Translate a padded batch of source ids.
 
@@ -215,7 +216,8 @@ def translate_batch(
         displaced (see :mod:`tf_transformer.decoding.beam_search`), so slot 0 is the 1-best
         translation; a slot the search could not fill (every hypothesis reached the length
         limit) has score ``-inf``.
-      sampling: ``(top_k, temperature, seed)``: draw each token instead of searching
+      sampling: a :class:`tf_transformer.decoding.batches.Sampling` (``top_k``, ``top_p``,
+        ``temperature``, ``seed``): draw each token instead of searching
         (``beam_size`` must be 1; see :mod:`tf_transformer.decoding.greedy`). Each batch's
         random numbers are seeded by ``seed`` and its source ids, so a batch decoded again
         gives the same translations, and other batches other random numbers.
@@ -265,9 +267,9 @@ def translate_batch(
     if beam_size <= 1:
         draw = {}
         if sampling is not None:
-            top_k, temperature, seed = sampling
-            draw = dict(sample=True, top_k=int(top_k), temperature=float(temperature),
-                        seed=tf.stack([tf.constant(int(seed), tf.int64), batch_salt(source_ids)]))
+            draw = dict(sample=True, top_k=int(sampling.top_k), top_p=float(sampling.top_p),
+                        temperature=float(sampling.temperature),
+                        seed=tf.stack([tf.constant(int(sampling.seed), tf.int64), batch_salt(source_ids)]))
         ids, scores = greedy_search(fn, initial_ids, cache, max_decode_length, eos_id,
                                     max_lengths=max_lengths, pad_id=pad_id, sentence_cache=sentence,
                                     drop_finished=drop, never_ids=never, **draw)

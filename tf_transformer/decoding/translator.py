@@ -178,9 +178,10 @@ class Translator:
         ``translate`` gives each sentence a list of translations, best first, and a list of
         scores (the first is the 1-best translation; a list is shorter when the search could
         finish fewer hypotheses within the length limit).
-      sample, top_k, temperature, seed: draw each token from the model's distribution
-        instead of searching (``beam_size=1``), from the ``top_k`` most probable (0: all), at
-        ``temperature``, seeded by ``seed`` (and each batch's sources: the same input and
+      sample, top_k, top_p, temperature, seed: draw each token from the model's distribution
+        instead of searching (``beam_size=1``), from the ``top_k`` most probable (0: all) and
+        of those the nucleus of probability ``top_p`` (1: all), at ``temperature``, seeded by
+        ``seed`` (and each batch's sources: the same input and
         ``batch_size`` give the same translations); for back-translation. See
         :mod:`tf_transformer.decoding.greedy`.
       workers: batches decoded at once, each from its own Python thread (TensorFlow
@@ -199,7 +200,7 @@ class Translator:
     def __init__(self, model, tokenizer, beam_size: int = 4, alpha: float = 0.6, max_extra_length: int = 50,
                  batch_size: int = 64, jit_compile: bool = False, cached: bool = True, workers: int = 1,
                  stop_rule: str = "bound", n_best: int = 1, sample: bool = False, top_k: int = 0,
-                 temperature: float = 1.0, seed: int = 0):
+                 temperature: float = 1.0, seed: int = 0, top_p: float = 1.0):
         import tensorflow as tf
 
         from tf_transformer.decoding.model_fns import model_limit, score_batch, translate_batch
@@ -210,9 +211,8 @@ class Translator:
         batches.check_stop_rule(stop_rule)
         if workers < 1:
             raise UserError(f"workers={workers}: must be >= 1")
-        top_k, temperature = batches.check_search_kind(beam_size, n_best, sample, top_k, temperature)
+        self.sampling = batches.check_search_kind(beam_size, n_best, sample, top_k, temperature, seed, top_p)
         self.n_best = int(n_best)
-        self.sampling = (top_k, temperature, int(seed)) if sample else None
         self.workers = int(workers)
         self.model = model
         self.tokenizer = tokenizer

@@ -308,7 +308,7 @@ class CT2Translator:
       threads: CPU threads of the one CTranslate2 worker (0: CTranslate2's default).
       compute_type: CTranslate2's ``compute_type`` (``"default"``: the exported weight type).
       device: ``"cpu"`` or ``"cuda"``.
-      n_best, sample, top_k, temperature, seed: as for ``Translator`` (n-best lists from
+      n_best, sample, top_k, top_p, temperature, seed: as for ``Translator`` (n-best lists from
         CTranslate2's ``num_hypotheses``; sampling from its own random sampler, seeded with
         ``ctranslate2.set_random_seed(seed)`` before each call: reproducible for the same input
         and ``batch_size``, but not the same draws as ``Translator``'s).
@@ -322,12 +322,11 @@ class CT2Translator:
     def __init__(self, model_dir, tokenizer=None, beam_size: int = 4, alpha: float = 0.6,
                  max_extra_length: int = 50, batch_size: int = 64, threads: int = 0,
                  compute_type: str = "default", device: str = "cpu", n_best: int = 1, sample: bool = False,
-                 top_k: int = 0, temperature: float = 1.0, seed: int = 0):
+                 top_k: int = 0, temperature: float = 1.0, seed: int = 0, top_p: float = 1.0):
         ctranslate2 = require_ctranslate2("--engine ctranslate2")
         batches.check_decode_settings(beam_size, alpha, max_extra_length, batch_size)
-        top_k, temperature = batches.check_search_kind(beam_size, n_best, sample, top_k, temperature)
+        self.sampling = batches.check_search_kind(beam_size, n_best, sample, top_k, temperature, seed, top_p)
         self.n_best = int(n_best)
-        self.sampling = (top_k, temperature, int(seed)) if sample else None
         self._set_seed = ctranslate2.set_random_seed
         if threads < 0:
             raise UserError(f"threads={threads}: must be >= 0")
@@ -362,7 +361,8 @@ class CT2Translator:
                        max_decoding_length=int(max_length), min_decoding_length=0, max_input_length=self.limit,
                        return_scores=True, num_hypotheses=self.n_best)
         if self.sampling is not None:
-            options.update(sampling_topk=self.sampling[0], sampling_temperature=self.sampling[1])
+            options.update(sampling_topk=self.sampling.top_k, sampling_topp=self.sampling.top_p,
+                           sampling_temperature=self.sampling.temperature)
         return options
 
     @property
@@ -409,7 +409,7 @@ class CT2Translator:
         seed and the batch's ids (reproducible, and other batches draw differently)."""
         if self.sampling is not None:
             salt = sum((r + 1) * 1_000_003 * sum((c + 1) * t for c, t in enumerate(ids)) for r, ids in enumerate(batch))
-            self._set_seed((self.sampling[2] * 7_919 + salt) % (2**31 - 1))
+            self._set_seed((self.sampling.seed * 7_919 + salt) % (2**31 - 1))
         return self.engine.translate_batch(tokens, **options)
 
     def translate_ids(self, sources: Sequence[Sequence[int]], progress: Callable[[int], None] | None = None):

@@ -11,14 +11,16 @@ untimed warm-up pass of its own (tracing), batches of ``--batch-size`` sorted by
 1. beam 4 (alpha 0.6), the 1-best search ``tft translate`` runs;
 2. ``--n-best 4`` with beam 4: the same search run until 4 hypotheses have finished and none
    can be displaced; the mean list length and whether every list starts with row 1's output;
-3. greedy, and ``--sample`` from all tokens and from the top 10 (seed 1): what back-
-   translation would use; the quality of each against the references, and how many of the
-   sampled translations differ from the greedy ones;
+3. greedy, and ``--sample`` from all tokens, from the top 10 and from the nucleus of 0.9
+   (``--sample-topp 0.9``; seed 1): what back-translation would use; the quality of each
+   against the references, and how many of the sampled translations differ from the greedy ones;
 4. ``--score-target``: the teacher-forced log-probability of the references and of row 1's
    outputs (per token), and its speed;
 5. ``--stream``: each of the first ``--stream-lines`` sentences decoded alone, as ``tft
-   translate --stream`` does; the latency per line (median, 90th percentile) against the
-   batch path's mean time per sentence.
+   translate --stream`` does when lines come one by one; the latency per line (median, 90th
+   percentile) against the batch path's mean time per sentence; and the whole input through
+   ``--stream``'s reader as a pipe that runs ahead of the decoder gives it (the lines that
+   wait decoded together, up to ``--batch-size`` per thread), against the batch path.
 
 Wall sentences/s and sentences per CPU-second (user + system time of the process); the
 CPU-time figure is the stable one on a shared machine. Prints a table and, with ``--json``,
@@ -112,8 +114,9 @@ def measure(args, argv):
                             "full_lists": sum(len(x) == 4 for x in o),
                             "first_is_the_1_best": sum(x[0] == b for x, b in zip(o, beam))})
     greedy, _ = row("greedy", make(beam_size=1), extra=lambda o, s: quality(o, refs))
-    for name, top_k in (("sample, all tokens", 0), ("sample, top 10", 10)):
-        row(name, make(beam_size=1, sample=True, top_k=top_k, seed=1),
+    for name, top_k, top_p in (("sample, all tokens", 0, 1.0), ("sample, top 10", 10, 1.0),
+                               ("sample, nucleus 0.9", 0, 0.9)):
+        row(name, make(beam_size=1, sample=True, top_k=top_k, top_p=top_p, seed=1),
             extra=lambda o, s: {**quality(o, refs), "differ_from_greedy": sum(a != b for a, b in zip(o, greedy))})
 
     scorer = make(beam_size=1)
@@ -136,6 +139,26 @@ def measure(args, argv):
                               "p90_ms": round(1000 * latencies[int(0.9 * (len(latencies) - 1))], 1),
                               "batch_path_ms_per_sentence": round(1000 * rows["beam 4"]["seconds"] / n, 1)}
     print(f"  stream, beam 4: {rows['stream, beam 4']}", file=sys.stderr, flush=True)
+
+    import io
+
+    from tf_transformer.cli.decode import _arrived
+
+    piped = make(beam_size=4, alpha=0.6)
+    text = "".join(t.replace("\n", " ") + "\n" for t in sources).encode("utf-8")
+
+    def stream_all():
+        out, count = [], 0
+        for raws in _arrived(io.BytesIO(text), args.batch_size * args.threads):  # as tft translate --stream
+            out += piped.translate([r.decode("utf-8").rstrip("\n") for r in raws])[0]
+            count += 1
+        return out, count
+
+    (streamed, count), wall, cpu = timed(stream_all)
+    rows["stream, a pipe that runs ahead"] = {
+        "sentences_per_s": round(n / wall, 2), "sentences_per_cpu_s": round(n / cpu, 2), "seconds": round(wall, 2),
+        "batches": count, "same_as_batch_path": sum(a == b for a, b in zip(streamed, beam))}
+    print(f"  stream, a pipe that runs ahead: {rows['stream, a pipe that runs ahead']}", file=sys.stderr, flush=True)
 
     result = {"command": "python " + " ".join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:])),
               "data": what, "model": args.model, "batch_size": args.batch_size, "threads": args.threads,

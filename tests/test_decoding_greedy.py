@@ -47,6 +47,14 @@ def test_greedy_xla():
     run = tf.function(lambda b: greedy_search(chain_fn(), b, {}, 8, EOS), jit_compile=True)
     ids, _ = run(tf.constant([BOS, BOS, BOS]))
     np.testing.assert_array_equal(ids.numpy()[:, :5], [[BOS, 4, 5, 6, EOS]] * 3)
+    # sampling's hash, nucleus and inverse-CDF draw compile too, and draw the same tokens
+    table = tf.constant(np.random.default_rng(0).normal(size=(8, 8)), tf.float32)
+    fn = lambda ids, step, cache: (tf.gather(table, ids[:, step]), cache)  # noqa: E731
+    draw = dict(sample=True, top_k=5, top_p=0.8, seed=(1, 2), never_ids=(PAD, BOS))
+    compiled = tf.function(lambda b: greedy_search(fn, b, {}, 6, EOS, **draw), jit_compile=True)
+    want = greedy_search(fn, tf.fill([16], BOS), {}, 6, EOS, **draw)[0].numpy()
+    np.testing.assert_array_equal(compiled(tf.fill([16], BOS))[0].numpy(), want)
+    assert len({tuple(row) for row in want}) > 4  # rows draw apart
 
 
 def first_token_table(V=6):
@@ -143,6 +151,30 @@ def test_nucleus_is_exact_when_it_holds_more_than_the_first_tokens_looked_at():
             assert set(np.unique(drawn)) == set(core.tolist())
             off = np.abs(got - want) / (np.sqrt(want * (1 - want) / len(drawn)) + 1e-12)
             assert off.max() < 4.5, (kind, off.max())  # 300 tokens: 4.5 standard errors
+
+
+def test_inverse_cdf_picks_the_first_token_reaching_u_and_never_one_of_probability_zero():
+    """The two-level draw equals a NumPy reference (the first token whose cumulative probability
+    reaches u times the total) on rows of 300 tokens (three blocks, the last one padded) with
+    most tokens masked out, at random u and at u's extremes; a masked token is never drawn."""
+    from tf_transformer.decoding.greedy import _inverse_cdf
+
+    rng = np.random.default_rng(5)
+    rows, V = 64, 300
+    scaled = rng.normal(0, 2, (rows, V))
+    scaled[rng.random((rows, V)) < 0.8] = -np.inf
+    scaled[0, :] = -np.inf
+    scaled[0, [0, 127, 128, 299]] = 0.0  # block edges
+    u = rng.random(rows)
+    u[:4] = [2.0**-54, 1 - 2.0**-53, 0.5, 0.25]
+    got = _inverse_cdf(tf.constant(scaled, tf.float32), tf.constant(u, tf.float64)).numpy()
+    weights = np.exp(scaled.astype(np.float32) - scaled.max(axis=1, keepdims=True)).astype(np.float64)
+    cumulative = np.cumsum(weights, axis=1)
+    want = (cumulative < u[:, None] * cumulative[:, -1:]).sum(axis=1)
+    np.testing.assert_array_equal(got, want)
+    assert np.isfinite(scaled[np.arange(rows), got]).all()
+    assert got[0] == 0 and got[1] == np.flatnonzero(np.isfinite(scaled[1]))[-1]
+    assert _inverse_cdf(tf.constant(scaled[:1], tf.float32), tf.constant([0.9], tf.float64)).numpy()[0] == 299
 
 
 def test_sampling_settings_are_checked():

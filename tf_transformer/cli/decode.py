@@ -33,7 +33,7 @@ input rules:
   - --stream (the default when stdin is a terminal): each line is translated and its
     translation written (and flushed) as soon as the line is read, for interactive use and
     pipes that stay open; lines that arrive while one is decoded are decoded together next
-    (up to --batch-size; one at a time with --sample). Otherwise the whole input is read first
+    (up to --batch-size per thread). Otherwise the whole input is read first
     and decoded in batches of similar length, which is fastest for files
 
 environment:
@@ -313,8 +313,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "not comparable with the scores of --engine tensorflow")
     parser.add_argument("--sample", action="store_true",
                         help="draw each token from the model's distribution instead of searching (one beam), as "
-                             "back-translation does to make varied synthetic sources (Edunov et al., 2018); the "
-                             "same input, --seed and --batch-size give the same output")
+                             "back-translation does to make varied synthetic sources (Edunov et al., 2018); a "
+                             "sentence's draws depend on it and --seed only (not on the batch; the same sentence "
+                             "twice gives the same output); with --engine ctranslate2, on --batch-size too")
     parser.add_argument("--sample-topk", type=int, default=None, metavar="K",
                         help="with --sample: draw from the K most probable tokens only (default 0: from all)")
     parser.add_argument("--sample-topp", type=float, default=None, metavar="P",
@@ -463,9 +464,9 @@ def _translate_stream(args: argparse.Namespace, decode, translator) -> int:
     translations at once, until the input ends (Ctrl-D at a terminal). A batch is the next line
     and those already waiting behind it (:func:`_arrived`), up to ``--batch-size`` per decoding
     thread: one line at a time when they come one by one, batches when a pipe runs ahead of the
-    decoder. Sampling
-    decodes one line per batch, so that a line's draws depend on it and ``--seed`` only, not
-    on what arrived with it. Same rules and outputs as the batch path."""
+    decoder. Same rules and outputs as the batch path (sampled ones too: a sentence draws the
+    same in any batch), but for CTranslate2's sampler, whose draws depend on the batch: with
+    it, one line per batch, so that a line's draws depend on it and ``--seed`` only."""
     import gzip
 
     from tf_transformer.data.sources import open_binary
@@ -495,8 +496,9 @@ def _translate_stream(args: argparse.Namespace, decode, translator) -> int:
                   "Enter; Ctrl-D ends", file=sys.stderr)
         start = time.time()
         # enough waiting lines for a batch per decoding thread (Translator's workers)
-        most = 1 if getattr(translator, "sampling", None) is not None else (
-            decode.batch_size * getattr(translator, "workers", 1))
+        most = decode.batch_size * getattr(translator, "workers", 1)
+        if getattr(translator, "sampling", None) is not None and getattr(translator, "draws_per_batch", False):
+            most = 1
         try:
             for raws in _arrived(source, most):
                 lines = []

@@ -14,10 +14,15 @@ probable tokens whose probabilities, renormalised, sum to at least ``top_p``; Ho
 2020, "The Curious Case of Neural Text Degeneration"; 1: all), at ``temperature`` (the
 log-probabilities divided by it before renormalising, and before ``top_k`` and ``top_p`` pick
 the tokens; 1: the model's own distribution). Tokens tied with the nucleus's least probable
-one are kept with it. The draw is the Gumbel-max trick on
-stateless random numbers seeded by ``seed`` and the step, so the same ``seed`` and the same
-batch give the same tokens; the returned score is the model's log-probability of the drawn
-tokens (at temperature 1, over the whole vocabulary), as for greedy decoding.
+one are kept with it. The returned score is the model's log-probability of the drawn tokens
+(at temperature 1, over the whole vocabulary), as for greedy decoding.
+
+**Each row draws from its own random numbers**: one uniform number per row and step, a hash
+(MurmurHash3's 64-bit finaliser) of the row's seed pair and the step, picks the token by the
+inverse of the row's cumulative distribution. So a row's tokens depend on its seed pair and
+its logits only, not on the other rows of the batch, its place in it, or which rows finished
+first: :func:`sentence_seeds` gives each sentence a pair made of the user's seed and a hash of
+its source ids, and a sentence then samples the same translation alone or in any batch.
 """
 
 from __future__ import annotations
@@ -26,9 +31,7 @@ import tensorflow as tf
 
 from tf_transformer.decoding.beam_search import _call, _drop_rows, _shape_invariants, never_written
 
-__all__ = ["greedy_search"]
-
-_TINY = 1.1754944e-38  # the smallest normal float32: u > 0, so -log(-log(u)) is finite
+__all__ = ["greedy_search", "sentence_seeds"]
 
 
 def greedy_search(
@@ -72,8 +75,9 @@ def greedy_search(
       temperature: with ``sample``, divide the log-probabilities by it before drawing (> 0).
       top_p: with ``sample``, draw from the nucleus of this probability mass (``0 < top_p <= 1``;
         1: from all the ``top_k``).
-      seed: with ``sample``, two integers (a shape-``[2]`` int tensor is accepted): the draws
-        of step ``i`` use the stateless seed ``(seed[0], seed[1] + i)``.
+      seed: with ``sample``, the rows' seed pairs: int ``[batch, 2]`` (e.g. from
+        :func:`sentence_seeds`), or one pair ``[2]`` (two integers) from which row ``r`` gets
+        ``(seed[0], seed[1] + r)``.
 
     Returns:
       ``(ids, scores)``: int32 ``[batch, max_decode_length + 1]`` (initial id in column 0,
@@ -86,10 +90,13 @@ def greedy_search(
         raise ValueError(f"top_k={top_k}: must be >= 0 (0: the whole vocabulary)")
     if sample and not 0 < top_p <= 1:
         raise ValueError(f"top_p={top_p}: must be in (0, 1] (1: no nucleus)")
-    seed = tf.cast(tf.convert_to_tensor(seed), tf.int64)
     initial_ids = tf.cast(tf.convert_to_tensor(initial_ids), tf.int32)
     static_batch = initial_ids.shape[0]
     batch = static_batch if static_batch is not None else tf.shape(initial_ids)[0]
+    seeds = tf.cast(tf.convert_to_tensor(seed), tf.int64)
+    if seeds.shape.rank == 1:  # one pair: row r gets (seed[0], seed[1] + r)
+        seeds = tf.stack([tf.fill([batch], seeds[0]), seeds[1] + tf.range(tf.cast(batch, tf.int64))], axis=1)
+    row_keys = _mix64(_mix64(seeds[:, 0]) + seeds[:, 1])  # [batch]: each sentence's stream
     L = max_decode_length if isinstance(max_decode_length, int) else tf.cast(max_decode_length, tf.int32)
     if max_lengths is None:
         max_lengths = tf.fill([batch], tf.cast(L, tf.int32))
@@ -110,7 +117,7 @@ def greedy_search(
         logits, cache = _call(symbols_to_logits_fn, ids, i, cache, sentence_cache if has_sentence_cache else None)
         log_probs = never_written(tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1), never_ids)
         if sample:
-            token = _draw(log_probs, top_k, temperature, tf.stack([seed[0], seed[1] + tf.cast(i, tf.int64)]), top_p)
+            token = _draw(log_probs, top_k, temperature, _uniforms(tf.gather(row_keys, rows), i), top_p)
         else:
             token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         token_log_prob = tf.gather(log_probs, token, batch_dims=1)
@@ -149,21 +156,83 @@ def greedy_search(
     return _store(tf.ones_like(rows, tf.bool), rows, ids, scores, out_ids, out_scores)
 
 
-def _draw(log_probs, top_k: int, temperature: float, seed, top_p: float = 1.0):
+def _draw(log_probs, top_k: int, temperature: float, uniforms, top_p: float = 1.0):
     """One token per row drawn from ``softmax(log_probs / temperature)`` restricted to the
-    row's ``top_k`` most probable tokens (0: all) and to the nucleus of ``top_p`` among them
-    (1: all): the Gumbel-max trick, ``argmax(x + g)`` with ``g = -log(-log(u))``, ``u``
-    uniform in (0, 1) from the stateless ``seed``."""
+    row's ``top_k`` most probable tokens (0: all; ties broken toward the lower id, as
+    ``tf.math.top_k`` does) and to the nucleus of ``top_p`` among them (1: all), at the row's
+    uniform number (``uniforms``, float64 ``[batch]`` in (0, 1)): :func:`_inverse_cdf`."""
     scaled = log_probs / temperature
     vocab = log_probs.shape[-1]
     never = tf.constant(float("-inf"), scaled.dtype)
     if top_k and (vocab is None or top_k < vocab):
-        kth = tf.math.top_k(scaled, k=top_k).values[:, -1:]
-        scaled = tf.where(scaled < kth, never, scaled)
+        values, ids = tf.math.top_k(scaled, k=top_k)
+        if top_p < 1:
+            values = tf.where(values < _nucleus_floor(values, top_p), never, values)
+        return tf.gather(ids, _inverse_cdf(values, uniforms), batch_dims=1)
     if top_p < 1:
         scaled = tf.where(scaled < _nucleus_floor(scaled, top_p), never, scaled)
-    u = tf.random.stateless_uniform(tf.shape(scaled), seed, minval=_TINY, maxval=1.0)
-    return tf.argmax(scaled - tf.math.log(-tf.math.log(u)), axis=-1, output_type=tf.int32)
+    return _inverse_cdf(scaled, uniforms)
+
+
+def _inverse_cdf(scaled, uniforms, block: int = 128):
+    """int32 ``[batch]``: in each row of ``scaled`` (unnormalised log-probabilities, ``-inf``
+    for tokens out of the draw), the first token (in index order) whose cumulative
+    probability reaches ``u`` times the row's total: a draw from ``softmax(scaled)``, never a
+    token of probability 0. Two levels, sums of blocks of ``block`` tokens, then one block's
+    tokens, so that no cumulative sum runs over the whole row (a ``cumsum`` over a 10k
+    vocabulary costs about 4x this whole function on a 2-core CPU). Sums in float64."""
+    rows, width = tf.shape(scaled)[0], tf.shape(scaled)[1]
+    weights = tf.exp(scaled - tf.reduce_max(scaled, axis=-1, keepdims=True))  # 0 for -inf
+    n = (width + block - 1) // block
+    blocks = tf.reshape(tf.pad(weights, [[0, 0], [0, n * block - width]]), [rows, n, block])
+    sums = tf.cast(tf.reduce_sum(blocks, axis=-1), tf.float64)
+    upto = tf.cumsum(sums, axis=-1)
+    target = uniforms * upto[:, -1]  # in (0, total]: u < 1
+    which = tf.minimum(tf.reduce_sum(tf.cast(upto < target[:, None], tf.int32), axis=-1), n - 1)
+    inside = tf.cumsum(tf.cast(tf.gather(blocks, which, batch_dims=1), tf.float64), axis=-1)
+    # what is left of the target inside the block, kept in (0, the block's sum] against rounding,
+    # so that the token found has a probability above 0
+    left = tf.clip_by_value(target - (tf.gather(upto, which, batch_dims=1) - tf.gather(sums, which, batch_dims=1)),
+                            tf.constant(1e-300, tf.float64), inside[:, -1])
+    at = tf.reduce_sum(tf.cast(inside < left[:, None], tf.int32), axis=-1)
+    return which * block + at
+
+
+#: MurmurHash3's 64-bit finaliser constants, and the golden ratio's (Weyl sequence step), as
+#: signed int64 (TensorFlow's integer ops wrap around).
+_FMIX1, _FMIX2, _WEYL = (c - (1 << 64) for c in (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x9E3779B97F4A7C15))
+
+
+def _shift_right(x, bits: int):
+    """Logical right shift of int64 ``x`` (``right_shift`` is arithmetic on signed types)."""
+    return tf.bitwise.bitwise_and(tf.bitwise.right_shift(x, tf.constant(bits, tf.int64)),
+                                  tf.constant((1 << (64 - bits)) - 1, tf.int64))
+
+
+def _mix64(x):
+    """MurmurHash3's 64-bit finaliser (fmix64) on int64 ``x``: each output bit depends on
+    every input bit."""
+    x = tf.bitwise.bitwise_xor(x, _shift_right(x, 33)) * tf.constant(_FMIX1, tf.int64)
+    x = tf.bitwise.bitwise_xor(x, _shift_right(x, 33)) * tf.constant(_FMIX2, tf.int64)
+    return tf.bitwise.bitwise_xor(x, _shift_right(x, 33))
+
+
+def _uniforms(keys, step):
+    """float64 ``[batch]`` in (0, 1): the rows' numbers for ``step``, 53 bits of
+    ``fmix64(key + (step + 1) * golden)`` (a counter-based generator: any row and step at once)."""
+    x = _mix64(keys + (tf.cast(step, tf.int64) + 1) * tf.constant(_WEYL, tf.int64))
+    return (tf.cast(_shift_right(x, 11), tf.float64) + 0.5) * 2.0**-53
+
+
+def sentence_seeds(source_ids, seed, pad_id: int = 0):
+    """int64 ``[batch, 2]`` seed pairs for :func:`greedy_search`'s sampling: ``(seed, a hash of
+    the row's source ids and their places, padding left out)``, so that a sentence draws the
+    same tokens whatever batch it is decoded in (and the same sentence twice draws the same)."""
+    ids = tf.cast(source_ids, tf.int64)
+    places = tf.range(1, tf.shape(ids, out_type=tf.int64)[1] + 1)[None, :]
+    each = _mix64(ids * tf.constant(_WEYL, tf.int64) + places)
+    salt = tf.reduce_sum(tf.where(tf.equal(ids, pad_id), tf.zeros_like(each), each), axis=1)
+    return tf.stack([tf.fill(tf.shape(salt), tf.cast(seed, tf.int64)), salt], axis=1)
 
 
 def _nucleus_floor(scaled, top_p: float):

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from tf_transformer.decoding.batches import Sampling
 from tf_transformer.decoding.beam_search import beam_search
-from tf_transformer.decoding.greedy import greedy_search
+from tf_transformer.decoding.greedy import greedy_search, sentence_seeds
 from tf_transformer.errors import UserError
 
 __all__ = [
@@ -165,15 +165,6 @@ def strip_after_eos(ids: tf.Tensor, eos_id: int, pad_id: int = 0) -> tf.Tensor:
     return tf.where(seen, tf.constant(pad_id, ids.dtype), ids)
 
 
-def batch_salt(source_ids) -> tf.Tensor:
-    """An int64 in ``[0, 2**31)`` that depends on every id of the batch and its place: seeds
-    the random numbers of a sampled batch, so different batches draw differently."""
-    ids = tf.cast(source_ids, tf.int64)
-    rows = tf.range(1, tf.shape(ids, out_type=tf.int64)[0] + 1)[:, None]
-    cols = tf.range(1, tf.shape(ids, out_type=tf.int64)[1] + 1)[None, :]
-    return tf.math.floormod(tf.reduce_sum(ids * (rows * 1_000_003 + cols * 7_919)), 2**31 - 1)
-
-
 def translate_batch(
     model,
     source_ids,
@@ -218,9 +209,10 @@ def translate_batch(
         limit) has score ``-inf``.
       sampling: a :class:`tf_transformer.decoding.batches.Sampling` (``top_k``, ``top_p``,
         ``temperature``, ``seed``): draw each token instead of searching
-        (``beam_size`` must be 1; see :mod:`tf_transformer.decoding.greedy`). Each batch's
-        random numbers are seeded by ``seed`` and its source ids, so a batch decoded again
-        gives the same translations, and other batches other random numbers.
+        (``beam_size`` must be 1; see :mod:`tf_transformer.decoding.greedy`). Each
+        sentence's random numbers are seeded by ``seed`` and its own source ids
+        (:func:`tf_transformer.decoding.greedy.sentence_seeds`), so a sentence samples the same
+        translation in any batch, and other sentences or seeds other random numbers.
 
     The padding and BOS ids are never written (a model trained with label smoothing gives
     them a small probability; their log-probability is set to ``-inf`` after the softmax, so
@@ -269,7 +261,7 @@ def translate_batch(
         if sampling is not None:
             draw = dict(sample=True, top_k=int(sampling.top_k), top_p=float(sampling.top_p),
                         temperature=float(sampling.temperature),
-                        seed=tf.stack([tf.constant(int(sampling.seed), tf.int64), batch_salt(source_ids)]))
+                        seed=sentence_seeds(source_ids, int(sampling.seed), pad_id))
         ids, scores = greedy_search(fn, initial_ids, cache, max_decode_length, eos_id,
                                     max_lengths=max_lengths, pad_id=pad_id, sentence_cache=sentence,
                                     drop_finished=drop, never_ids=never, **draw)

@@ -181,9 +181,9 @@ class Translator:
       sample, top_k, top_p, temperature, seed: draw each token from the model's distribution
         instead of searching (``beam_size=1``), from the ``top_k`` most probable (0: all) and
         of those the nucleus of probability ``top_p`` (1: all), at ``temperature``, seeded by
-        ``seed`` (and each batch's sources: the same input and
-        ``batch_size`` give the same translations); for back-translation. See
-        :mod:`tf_transformer.decoding.greedy`.
+        ``seed``, for back-translation. A sentence's draws depend on its source ids and
+        ``seed`` only: the same in any batch, ``batch_size`` or ``workers`` (and the same for
+        a sentence given twice). See :mod:`tf_transformer.decoding.greedy`.
       workers: batches decoded at once, each from its own Python thread (TensorFlow
         releases the GIL while it runs them); with :func:`set_cpu_threads` of the same number,
         each batch runs on one core. Every batch is decoded as it is alone: the outputs do

@@ -311,13 +311,18 @@ class CT2Translator:
       n_best, sample, top_k, top_p, temperature, seed: as for ``Translator`` (n-best lists from
         CTranslate2's ``num_hypotheses``; sampling from its own random sampler, seeded with
         ``ctranslate2.set_random_seed(seed)`` before each call: reproducible for the same input
-        and ``batch_size``, but not the same draws as ``Translator``'s).
+        and ``batch_size``, but not the same draws as ``Translator``'s, and a sentence's draws
+        depend on the batch it is in: :attr:`draws_per_batch`).
 
     Example::
 
         tr = CT2Translator("export/ct2", beam_size=4, alpha=0.0)
         tr.translate(["A dog runs.", ""])[0]     # ["Ein Hund rennt.", ""]
     """
+
+    #: Sampled draws depend on the whole batch (CTranslate2 has one generator per call), unlike
+    #: ``Translator``'s, which depend on each sentence alone.
+    draws_per_batch = True
 
     def __init__(self, model_dir, tokenizer=None, beam_size: int = 4, alpha: float = 0.6,
                  max_extra_length: int = 50, batch_size: int = 64, threads: int = 0,

@@ -321,6 +321,69 @@ def test_cli_translate_stream_answers_each_line_before_the_next_is_written(asset
             proc.kill()
 
 
+def test_resume_goes_on_after_an_interruption_and_refuses_another_run(assets, tmp_path, capsys, monkeypatch):
+    """tft translate --resume writes chunk by chunk with a progress record: interrupted in its
+    third chunk, with half a chunk's bytes left behind, a rerun cuts them off and goes on; the
+    file then equals an uninterrupted run's (plain and gzip, 1-best and n-best); a finished run
+    reruns as a no-op; another decoding setting, another input, a foreign output file and stdin
+    are refused before anything is written."""
+    import gzip
+
+    from tf_transformer.cli import main
+
+    texts = toy_sentences(11, seed=21)
+    texts[4] = ""
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    flags = ["translate", "--model", assets[0], "--vocab", assets[1], "--input", str(src), "--beam", "2",
+             "--max-extra-len", "6", "--quiet"]
+    real = Translator.translate
+    for extra, name in (([], "out.txt"), (["--n-best", "2"], "nbest.txt.gz")):
+        assert main([*flags, *extra, "--output", str(tmp_path / f"ref-{name}")]) == 0
+        want = (tmp_path / f"ref-{name}").read_bytes()
+        want = gzip.decompress(want) if name.endswith(".gz") else want
+        out = tmp_path / name
+        calls = []
+
+        def failing(self, lines, progress=None):
+            calls.append(len(lines))
+            if len(calls) == 3:
+                raise KeyboardInterrupt
+            return real(self, lines, progress=progress)
+
+        monkeypatch.setattr(Translator, "translate", failing)
+        assert main([*flags, *extra, "--output", str(out), "--resume", "--chunk-lines", "4"]) == 130
+        monkeypatch.setattr(Translator, "translate", real)
+        record = json.loads((tmp_path / (name + ".progress.json")).read_text())
+        assert calls == [4, 4, 3] and record["done"] == 8 and not record["finished"]
+        with open(out, "ab") as f:
+            f.write(b"half a chunk")  # what an interrupted write could leave
+        capsys.readouterr()
+        assert main([*flags, *extra, "--output", str(out), "--resume", "--chunk-lines", "4"]) == 0
+        assert "lines 1-8 of 11 were translated by an earlier run; going on from line 9" in capsys.readouterr().err
+        got = out.read_bytes()
+        assert (gzip.decompress(got) if name.endswith(".gz") else got) == want
+        assert json.loads((tmp_path / (name + ".progress.json")).read_text())["finished"]
+        assert main([*flags, *extra, "--output", str(out), "--resume", "--chunk-lines", "4"]) == 0
+        assert "is complete (11 lines" in capsys.readouterr().err and out.read_bytes() == got
+
+    # refused: another setting, another input, a file not begun by --resume, stdin
+    out = tmp_path / "again.txt"
+    monkeypatch.setattr(Translator, "translate", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert main([*flags, "--output", str(out), "--resume"]) == 130
+    monkeypatch.setattr(Translator, "translate", real)
+    capsys.readouterr()
+    assert main([*flags, "--beam", "3", "--output", str(out), "--resume"]) == 2  # the last --beam counts
+    assert "was begun by another run (decoding: \"beam 2," in capsys.readouterr().err
+    src.write_text("\n".join(texts[:5]) + "\n", encoding="utf-8")
+    assert main([*flags, "--output", str(out), "--resume"]) == 2
+    assert "(input: " in capsys.readouterr().err and out.read_bytes() == b""
+    assert main([*flags, "--output", str(tmp_path / "ref-out.txt"), "--resume"]) == 2
+    assert "exists and has no progress record" in capsys.readouterr().err
+    assert main([*flags[:5], "--output", str(out), "--resume"]) == 2  # stdin
+    assert "--resume goes on with an interrupted translation of one file into another" in capsys.readouterr().err
+
+
 def test_n_best_lists_start_with_the_one_best_translation(tiny, assets, tmp_path, capsys):
     """Translator(n_best=3): per sentence up to 3 distinct translations, best first, the first
     the 1-best translation with its score; an empty line gives [""]. tft translate --n-best

@@ -332,6 +332,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "tokens': the model's log-probability of that translation summed over its subword "
                              "tokens and EOS, divided by their number, and the number (nan, nan, 0 for an empty "
                              "input line); for filtering parallel data or reranking")
+    parser.add_argument("--resume", action="store_true",
+                        help="for long translations (a corpus to back-translate): write --output chunk by chunk "
+                             "(--chunk-lines) with a progress record beside it (OUTPUT.progress.json); rerun the "
+                             "same command after an interruption and it goes on from the last finished chunk. A "
+                             "rerun with another input, model or decoding setting is refused, not mixed in. Needs "
+                             "--input FILE and --output FILE. Without it a file --output is written at once at the "
+                             "end (atomically) and stdout chunk by chunk")
+    parser.add_argument("--chunk-lines", type=int, default=20_000, metavar="N",
+                        help="translate the input N lines at a time, each chunk sorted by length into batches and "
+                             "written when done (default 20000); the outputs do not depend on it, but for --engine "
+                             "ctranslate2's --sample, whose draws depend on the batch")
     parser.add_argument("--n-best", type=int, default=1, metavar="N",
                         help="write the N best translations of each line (N <= the beam size), best first, "
                              "one per output line as 'LINE ||| translation ||| score' (LINE: the input line's "
@@ -357,6 +368,14 @@ def run(args: argparse.Namespace) -> int:
                             f"{'does' if len(given) == 1 else 'do'} not apply to it")
         if not os.path.isfile(args.score_target):
             raise UserError(f"--score-target {args.score_target}: no such file")
+    if args.chunk_lines < 1:
+        raise UserError(f"--chunk-lines {args.chunk_lines}: must be >= 1")
+    if args.resume:
+        given = [flag for flag, on in (("--stream", args.stream), ("--score-target", args.score_target is not None))
+                 if on]
+        if given or args.input == "-" or args.output == "-":
+            raise UserError("--resume goes on with an interrupted translation of one file into another: it needs "
+                            "--input FILE and --output FILE" + (f", and not {', '.join(given)}" if given else ""))
     check_output_file(args.output, "--output")
     stream = args.score_target is None and (
         args.stream or (args.input == "-" and not args.timings and _is_terminal(sys.stdin)))
@@ -376,32 +395,72 @@ def run(args: argparse.Namespace) -> int:
     mark(args, "reading the input")
     if args.score_target is not None:
         return _score_targets(args, translator, lines, where)
-    bar = ProgressBar(len(lines), "translate", enabled=not args.quiet)
+    resumable = _resumable_output(args, decode, translator, len(lines)) if args.resume else None
+    begin = resumable.done if resumable is not None else 0
+    if resumable is not None and resumable.finished:
+        print(f"tft translate: --resume: {args.output} is complete ({len(lines):,} lines of {where} translated); "
+              "nothing to do", file=sys.stderr)
+        return 0
+    if begin:
+        print(f"tft translate: --resume: lines 1-{begin:,} of {len(lines):,} were translated by an earlier run; going "
+              f"on from line {begin + 1:,}", file=sys.stderr)
+    bar = ProgressBar(len(lines) - begin, "translate", enabled=not args.quiet)
     start = time.time()
     first = []  # when the first decoded batch came back
-    empty = sum(1 for line in lines if not line.strip())  # counted first, at once, never decoded
+    # empty lines are counted first, at once, never decoded
+    empty = sum(1 for line in lines[begin: begin + args.chunk_lines] if not line.strip())
 
     def progress(n):
         if not first and bar.done >= empty:
             first.append(time.time() - start)
         bar.update(n)
 
-    outputs, scores, stats = translator.translate(lines, progress=progress)
+    pieces, decoded, output_tokens, truncated = [], 0, 0, 0
+    for lo in range(begin, len(lines), args.chunk_lines):  # sorted by length within each chunk
+        hi = min(lo + args.chunk_lines, len(lines))
+        outputs, scores, stats = translator.translate(lines[lo:hi], progress=progress)
+        text = "".join(_output_lines(args, lo + i, o, s) for i, (o, s) in enumerate(zip(outputs, scores)))
+        if resumable is not None:
+            resumable.append(text, hi)
+        elif args.output == "-":
+            _write_output(args, text)  # as each chunk is done
+        else:
+            pieces.append(text)  # written at once at the end (atomically)
+        decoded, output_tokens, truncated = (decoded + stats.decoded, output_tokens + stats.output_tokens,
+                                             truncated + stats.truncated)
     bar.close()
     mark(args, "decoding", f"first batch done after {first[0]:.2f} s" if first else "")
-    if stats.truncated:
-        print(f"tft translate: warning: {stats.truncated} line(s) longer than the model limit of "
+    if truncated:
+        print(f"tft translate: warning: {truncated} line(s) longer than the model limit of "
               f"{translator.limit} tokens were cut to it", file=sys.stderr)
-
-    dest = _write_output(args, "".join(_output_lines(args, i, o, s) for i, (o, s) in enumerate(zip(outputs, scores))))
+    if resumable is not None and not resumable.finished:  # an empty input: nothing was appended
+        resumable.append("", len(lines))
+    dest = "stdout" if args.output == "-" else args.output
+    if resumable is None and args.output != "-":
+        _write_output(args, "".join(pieces))
     seconds = time.time() - start
-    rate = stats.decoded / seconds if seconds > 0 else 0.0
-    print(f"tft translate: wrote {len(outputs):,} translations to {dest} ({settings(decode, args, translator)}; "
-          f"{stats.output_tokens:,} output tokens, {seconds:.1f} s, {rate:.1f} sentences/s)", file=sys.stderr)
+    rate = decoded / seconds if seconds > 0 else 0.0
+    print(f"tft translate: wrote {len(lines) - begin:,} translations to {dest} ({settings(decode, args, translator)}; "
+          f"{output_tokens:,} output tokens, {seconds:.1f} s, {rate:.1f} sentences/s)", file=sys.stderr)
     if getattr(args, "_clock", None) is not None:
         mark(args, "writing")
         print(f"tft translate: timings: {args._clock.summary()}", file=sys.stderr)
     return 0
+
+
+def _resumable_output(args: argparse.Namespace, decode, translator, total: int):
+    """``--resume``'s :class:`tf_transformer.cli._resumable.ResumableOutput` for ``--output``,
+    keyed by what makes the translations what they are: the input, model and vocabulary files,
+    the engine and the decoding settings (and, for CTranslate2's sampler, whose draws depend on
+    the batch, the batch size and ``--chunk-lines``)."""
+    from tf_transformer.cli._resumable import ResumableOutput, identity
+
+    run = {"input": identity(args.input), "model": identity(args.model),
+           "vocab": identity(args.vocab) if args.vocab else None, "engine": args.engine,
+           "decoding": settings(decode, args, translator), "n_best": args.n_best, "scores": args.scores}
+    if getattr(translator, "sampling", None) is not None and getattr(translator, "draws_per_batch", False):
+        run["batches"] = [decode.batch_size, args.chunk_lines]
+    return ResumableOutput(args.output, run, total)
 
 
 def _score_targets(args: argparse.Namespace, translator, sources: list[str], where: str) -> int:

@@ -419,7 +419,7 @@ def run(args: argparse.Namespace) -> int:
     for lo in range(begin, len(lines), args.chunk_lines):  # sorted by length within each chunk
         hi = min(lo + args.chunk_lines, len(lines))
         outputs, scores, stats = translator.translate(lines[lo:hi], progress=progress)
-        text = "".join(_output_lines(args, lo + i, o, s) for i, (o, s) in enumerate(zip(outputs, scores)))
+        text = _output_text(args, lo, outputs, scores)
         if resumable is not None:
             resumable.append(text, hi)
         elif args.output == "-":
@@ -458,7 +458,7 @@ def _resumable_output(args: argparse.Namespace, decode, translator, total: int):
     run = {"input": identity(args.input), "model": identity(args.model),
            "vocab": identity(args.vocab) if args.vocab else None, "engine": args.engine,
            "decoding": settings(decode, args, translator), "n_best": args.n_best, "scores": args.scores}
-    if getattr(translator, "sampling", None) is not None and getattr(translator, "draws_per_batch", False):
+    if _draws_per_batch(translator):
         run["batches"] = [decode.batch_size, args.chunk_lines]
     return ResumableOutput(args.output, run, total)
 
@@ -501,6 +501,17 @@ def _write_output(args: argparse.Namespace, text: str) -> str:
         return "stdout"
     write_output_text(args.output, text, "--output")
     return args.output
+
+
+def _draws_per_batch(translator) -> bool:
+    """Whether ``translator`` samples with draws that depend on the whole batch (CTranslate2's
+    sampler; ours draw per sentence)."""
+    return getattr(translator, "sampling", None) is not None and getattr(translator, "draws_per_batch", False)
+
+
+def _output_text(args: argparse.Namespace, first: int, outputs, scores) -> str:
+    """The output text of consecutive input lines from ``first`` (0-based): :func:`_output_lines`."""
+    return "".join(_output_lines(args, first + i, o, s) for i, (o, s) in enumerate(zip(outputs, scores)))
 
 
 def _output_lines(args: argparse.Namespace, index: int, output, score) -> str:
@@ -555,9 +566,7 @@ def _translate_stream(args: argparse.Namespace, decode, translator) -> int:
                   "Enter; Ctrl-D ends", file=sys.stderr)
         start = time.time()
         # enough waiting lines for a batch per decoding thread (Translator's workers)
-        most = decode.batch_size * getattr(translator, "workers", 1)
-        if getattr(translator, "sampling", None) is not None and getattr(translator, "draws_per_batch", False):
-            most = 1
+        most = 1 if _draws_per_batch(translator) else decode.batch_size * getattr(translator, "workers", 1)
         try:
             for raws in _arrived(source, most):
                 lines = []
@@ -573,8 +582,7 @@ def _translate_stream(args: argparse.Namespace, decode, translator) -> int:
                              f"{stats.truncated} of lines {count + 1}-{count + len(lines)} of {where} are")
                     print(f"tft translate: warning: {which} longer than the model limit of {translator.limit} "
                           "tokens; cut to it", file=sys.stderr)
-                sink.write("".join(_output_lines(args, count + i, o, s)
-                                   for i, (o, s) in enumerate(zip(outputs, scores))).encode("utf-8"))
+                sink.write(_output_text(args, count, outputs, scores).encode("utf-8"))
                 sink.flush()
                 count += len(lines)
                 tokens += stats.output_tokens

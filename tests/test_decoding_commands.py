@@ -450,6 +450,14 @@ def test_sampling_is_seeded_and_its_flags_are_checked(tiny, assets, tmp_path, ca
     again = Translator(*tiny, beam_size=1, max_extra_length=8, batch_size=5, workers=2, sample=True,
                        seed=1).translate(mixed)[0]
     assert again == first[8:] + first[:8] + first[3:5]
+    # several samples per sentence: the first is the single sample, the others drawn apart; a
+    # sentence's list is the same in any batch
+    lists, list_scores, _ = Translator(*tiny, beam_size=1, max_extra_length=8, batch_size=8, sample=True, seed=1,
+                                       n_best=3).translate(texts)
+    assert [x[0] for x in lists] == first and all(len(x) == 3 and len(sc) == 3 for x, sc in zip(lists, list_scores))
+    assert sum(len(set(x)) > 1 for x in lists) >= 12
+    assert Translator(*tiny, beam_size=1, max_extra_length=8, batch_size=5, sample=True, seed=1,
+                      n_best=3).translate(texts[::-1])[0] == lists[::-1]
     # a nucleus this small holds only the most probable token: greedy's outputs, whatever the seed
     assert draw(seed=1, top_p=1e-6) == draw(seed=2, top_p=1e-6) == greedy
     assert sum(a != b for a, b in zip(draw(seed=1, top_p=0.5), first)) >= 1
@@ -470,6 +478,11 @@ def test_sampling_is_seeded_and_its_flags_are_checked(tiny, assets, tmp_path, ca
     assert main([*flags, "--output", str(tmp_path / "c"), "--sample", "--sample-topp", "1e-6", "--seed", "4"]) == 0
     assert (tmp_path / "c").read_text(encoding="utf-8").splitlines() == greedy[:6]
     assert "(sampling from all tokens (nucleus 1e-06), temperature 1, seed 4," in capsys.readouterr().err
+    assert main([*flags, "--output", str(tmp_path / "d"), "--sample", "--seed", "1", "--n-best", "3"]) == 0
+    rows = [line.split(" ||| ") for line in (tmp_path / "d").read_text(encoding="utf-8").splitlines()]
+    assert [int(r[0]) for r in rows] == [i for i in range(6) for _ in range(3)]
+    assert [r[1] for r in rows] == [x for lst in lists[:6] for x in lst]
+    assert ", 3 samples per line;" in capsys.readouterr().err
     for extra, said in ((["--sample", "--beam", "4"], "--sample draws one token at a time: leave out --beam"),
                         (["--temperature", "0.5"], "--temperature: applies to --sample only"),
                         (["--sample-topp", "0.9"], "--sample-topp: applies to --sample only"),

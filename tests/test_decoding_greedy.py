@@ -153,28 +153,29 @@ def test_nucleus_is_exact_when_it_holds_more_than_the_first_tokens_looked_at():
             assert off.max() < 4.5, (kind, off.max())  # 300 tokens: 4.5 standard errors
 
 
-def test_inverse_cdf_picks_the_first_token_reaching_u_and_never_one_of_probability_zero():
-    """The two-level draw equals a NumPy reference (the first token whose cumulative probability
-    reaches u times the total) on rows of 300 tokens (three blocks, the last one padded) with
-    most tokens masked out, at random u and at u's extremes; a masked token is never drawn."""
-    from tf_transformer.decoding.greedy import _inverse_cdf
+def test_each_rows_noise_is_gumbel_and_depends_on_its_key_and_the_token_only():
+    """The per-row noise: standard Gumbel (mean the Euler-Mascheroni constant, variance pi^2/6,
+    exp(-exp(-g)) uniform over ten bins), different rows' keys draw apart, and a token's noise is
+    the same whichever tokens it is drawn among: so the top-k path picks what the full path
+    picks when the top k hold every token of probability above 0."""
+    from tf_transformer.decoding.greedy import _draw, _gumbel_noise
 
-    rng = np.random.default_rng(5)
-    rows, V = 64, 300
-    scaled = rng.normal(0, 2, (rows, V))
-    scaled[rng.random((rows, V)) < 0.8] = -np.inf
-    scaled[0, :] = -np.inf
-    scaled[0, [0, 127, 128, 299]] = 0.0  # block edges
-    u = rng.random(rows)
-    u[:4] = [2.0**-54, 1 - 2.0**-53, 0.5, 0.25]
-    got = _inverse_cdf(tf.constant(scaled, tf.float32), tf.constant(u, tf.float64)).numpy()
-    weights = np.exp(scaled.astype(np.float32) - scaled.max(axis=1, keepdims=True)).astype(np.float64)
-    cumulative = np.cumsum(weights, axis=1)
-    want = (cumulative < u[:, None] * cumulative[:, -1:]).sum(axis=1)
-    np.testing.assert_array_equal(got, want)
-    assert np.isfinite(scaled[np.arange(rows), got]).all()
-    assert got[0] == 0 and got[1] == np.flatnonzero(np.isfinite(scaled[1]))[-1]
-    assert _inverse_cdf(tf.constant(scaled[:1], tf.float32), tf.constant([0.9], tf.float64)).numpy()[0] == 299
+    rng = np.random.default_rng(3)
+    keys = tf.constant(rng.integers(-2**31, 2**31, size=64), tf.int32)
+    tokens = tf.range(10_000, dtype=tf.int32)[None, :]
+    g = _gumbel_noise(keys, tokens).numpy()
+    assert abs(g.mean() - 0.5772) < 0.01 and abs(g.var() - np.pi**2 / 6) < 0.02
+    counts = np.histogram(np.exp(-np.exp(-g)), bins=10, range=(0, 1))[0] / g.size
+    np.testing.assert_allclose(counts, 0.1, atol=0.002)
+    assert np.abs(np.corrcoef(g[0], g[1])[0, 1]) < 0.05
+    some = tf.constant(rng.integers(0, 10_000, size=(64, 7)), tf.int32)
+    np.testing.assert_array_equal(_gumbel_noise(keys, some).numpy(), np.take_along_axis(g, some.numpy(), axis=1))
+    logits = np.full((64, 300), -np.inf, np.float32)
+    logits[:, :5] = rng.normal(0, 1, (64, 5))
+    log_probs = tf.nn.log_softmax(tf.constant(logits))
+    full = _draw(log_probs, 0, 1.0, keys).numpy()
+    np.testing.assert_array_equal(_draw(log_probs, 5, 1.0, keys).numpy(), full)
+    assert full.max() < 5 and len(set(full.tolist())) > 1
 
 
 def test_sampling_settings_are_checked():

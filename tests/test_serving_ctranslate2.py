@@ -170,6 +170,10 @@ def test_n_best_lists_and_sampling_on_ctranslate2(exported, tiny, sources):
     greedy, _, _ = Translator(model, tok, beam_size=1).translate_ids(sources)
     assert sum(x == y for x, y in zip(draw(1, temperature=1e-3), greedy)) >= 0.9 * len(sources)
     assert draw(1, top_p=1e-6) == draw(2, top_p=1e-6) == greedy  # a nucleus of one token: argmax
+    samples, sample_scores, _ = CT2Translator(exported, tok, beam_size=1, sample=True, seed=1, n_best=3,
+                                              batch_size=16).translate_ids(sources)
+    assert all(len(x) == 3 and sc == sorted(sc, reverse=True) for x, sc in zip(samples, sample_scores))
+    assert sum(len({tuple(h) for h in x}) > 1 for x in samples) >= 0.2 * len(sources)
     assert sum(x != y for x, y in zip(draw(1, top_p=0.5), first)) >= 1
     with pytest.raises(UserError, match="sample=True draws one token at a time"):
         CT2Translator(exported, tok, beam_size=4, sample=True)

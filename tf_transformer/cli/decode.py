@@ -119,7 +119,10 @@ def build_translator(args):
 
     cfg, decode = decode_settings(args)
     n_best = getattr(args, "n_best", 1)
-    if not 1 <= n_best <= decode.beam_size:
+    if getattr(args, "sample", False):
+        if n_best < 1:
+            raise UserError(f"--n-best {n_best}: with --sample, the number of samples per line; must be >= 1")
+    elif not 1 <= n_best <= decode.beam_size:
         raise UserError(f"--n-best {n_best}: must be between 1 and the beam size ({decode.beam_size}; --beam): an "
                         "n-best list comes from beam search with at least that many beams")
     sampling = sampling_settings(args, decode)
@@ -159,8 +162,9 @@ def sampling_settings(args, decode) -> dict:
         if given:
             raise UserError(f"{', '.join(given)}: {'applies' if len(given) == 1 else 'apply'} to --sample only")
         return {}
-    if args.beam not in (None, 1) or getattr(args, "n_best", 1) > 1:
-        raise UserError("--sample draws one token at a time: leave out --beam (or give --beam 1) and --n-best")
+    if args.beam not in (None, 1):
+        raise UserError("--sample draws one token at a time: leave out --beam (or give --beam 1); for several "
+                        "samples per line give --n-best N")
     top_k = 0 if args.sample_topk is None else args.sample_topk
     top_p = 1.0 if args.sample_topp is None else args.sample_topp
     temperature = 1.0 if args.temperature is None else args.temperature
@@ -278,8 +282,11 @@ def describe(decode, engine: str = "tensorflow", sampling=None) -> str:
 
 
 def settings(decode, args, translator) -> str:
-    """:func:`describe` of what ``translator`` does (its sampling, if any)."""
-    return describe(decode, args.engine, getattr(translator, "sampling", None))
+    """:func:`describe` of what ``translator`` does (its sampling, if any, and how many samples)."""
+    text = describe(decode, args.engine, getattr(translator, "sampling", None))
+    if getattr(translator, "sampling", None) is not None and translator.n_best > 1:
+        text += f", {translator.n_best} samples per line"
+    return text
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -347,7 +354,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="write the N best translations of each line (N <= the beam size), best first, "
                              "one per output line as 'LINE ||| translation ||| score' (LINE: the input line's "
                              "0-based number; score as --scores; a line can have fewer than N when the search "
-                             "finishes fewer within the length limit); default 1: one translation per line")
+                             "finishes fewer within the length limit); with --sample: N samples of each line (any "
+                             "N; in the order drawn, the first what --n-best 1 samples; a batch then decodes "
+                             "--batch-size x N rows), e.g. for minimum Bayes risk decoding or several synthetic "
+                             "sources per line; default 1: one translation per line")
 
 
 def run(args: argparse.Namespace) -> int:

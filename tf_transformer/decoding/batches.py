@@ -76,10 +76,13 @@ def check_decode_settings(beam_size: int, alpha: float, max_extra_length: int, b
 def check_search_kind(beam_size: int, n_best: int, sample: bool, top_k: int = 0, temperature: float = 1.0,
                       seed: int = 0, top_p: float = 1.0) -> Sampling | None:
     """A translator's ``n_best`` and sampling arguments checked (a :class:`UserError` naming them
-    otherwise): an n-best list needs as many beams; sampling draws one token at a time
-    (``beam_size=1``), at ``temperature > 0``, from ``top_k >= 0`` tokens and a nucleus
-    ``0 < top_p <= 1``. Returns the :class:`Sampling` (``None`` without ``sample``)."""
-    if not 1 <= n_best <= beam_size:
+    otherwise): an n-best list needs as many beams (with ``sample``, ``n_best`` is the number
+    of samples per sentence, any >= 1); sampling draws one token at a time (``beam_size=1``),
+    at ``temperature > 0``, from ``top_k >= 0`` tokens and a nucleus ``0 < top_p <= 1``.
+    Returns the :class:`Sampling` (``None`` without ``sample``)."""
+    if sample and n_best < 1:
+        raise UserError(f"n_best={n_best}: the number of samples per sentence must be >= 1")
+    if not sample and not 1 <= n_best <= beam_size:
         raise UserError(f"n_best={n_best}: must be between 1 and beam_size={beam_size} (an n-best list needs "
                         "beam search with at least that many beams)")
     if not sample:

@@ -17,12 +17,14 @@ the tokens; 1: the model's own distribution). Tokens tied with the nucleus's lea
 one are kept with it. The returned score is the model's log-probability of the drawn tokens
 (at temperature 1, over the whole vocabulary), as for greedy decoding.
 
-**Each row draws from its own random numbers**: one uniform number per row and step, a hash
-(MurmurHash3's 64-bit finaliser) of the row's seed pair and the step, picks the token by the
-inverse of the row's cumulative distribution. So a row's tokens depend on its seed pair and
-its logits only, not on the other rows of the batch, its place in it, or which rows finished
-first: :func:`sentence_seeds` gives each sentence a pair made of the user's seed and a hash of
-its source ids, and a sentence then samples the same translation alone or in any batch.
+**Each row draws from its own random numbers**: the Gumbel-max trick (``argmax(x + g)``, ``g``
+standard Gumbel noise), with each row's noise hashed from its seed pair, the step and the token
+id (MurmurHash3's finalisers: a counter-based generator). So a row's tokens depend on its seed
+pair and its logits only, not on the other rows of the batch, its place in it, or which rows
+finished first: :func:`sentence_seeds` gives each sentence a pair made of the user's seed and a
+hash of its source ids, and a sentence then samples the same translation alone or in any batch
+(the logits of a sentence differ between batch shapes only by float rounding, about 1e-7,
+which moves an argmax of noisy scores only when two are that close).
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ def greedy_search(
         logits, cache = _call(symbols_to_logits_fn, ids, i, cache, sentence_cache if has_sentence_cache else None)
         log_probs = never_written(tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1), never_ids)
         if sample:
-            token = _draw(log_probs, top_k, temperature, _uniforms(tf.gather(row_keys, rows), i), top_p)
+            token = _draw(log_probs, top_k, temperature, _step_keys(tf.gather(row_keys, rows), i), top_p)
         else:
             token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         token_log_prob = tf.gather(log_probs, token, batch_dims=1)
@@ -156,11 +158,12 @@ def greedy_search(
     return _store(tf.ones_like(rows, tf.bool), rows, ids, scores, out_ids, out_scores)
 
 
-def _draw(log_probs, top_k: int, temperature: float, uniforms, top_p: float = 1.0):
+def _draw(log_probs, top_k: int, temperature: float, keys, top_p: float = 1.0):
     """One token per row drawn from ``softmax(log_probs / temperature)`` restricted to the
     row's ``top_k`` most probable tokens (0: all; ties broken toward the lower id, as
-    ``tf.math.top_k`` does) and to the nucleus of ``top_p`` among them (1: all), at the row's
-    uniform number (``uniforms``, float64 ``[batch]`` in (0, 1)): :func:`_inverse_cdf`."""
+    ``tf.math.top_k`` does) and to the nucleus of ``top_p`` among them (1: all): the
+    Gumbel-max trick, ``argmax(x + g)``, with each row's noise ``g`` from its own key
+    (:func:`_gumbel_noise`; int32 ``keys [batch]``)."""
     scaled = log_probs / temperature
     vocab = log_probs.shape[-1]
     never = tf.constant(float("-inf"), scaled.dtype)
@@ -168,35 +171,29 @@ def _draw(log_probs, top_k: int, temperature: float, uniforms, top_p: float = 1.
         values, ids = tf.math.top_k(scaled, k=top_k)
         if top_p < 1:
             values = tf.where(values < _nucleus_floor(values, top_p), never, values)
-        return tf.gather(ids, _inverse_cdf(values, uniforms), batch_dims=1)
+        pick = tf.argmax(values + _gumbel_noise(keys, ids), axis=-1, output_type=tf.int32)
+        return tf.gather(ids, pick, batch_dims=1)
     if top_p < 1:
         scaled = tf.where(scaled < _nucleus_floor(scaled, top_p), never, scaled)
-    return _inverse_cdf(scaled, uniforms)
+    tokens = tf.range(tf.shape(scaled)[-1], dtype=tf.int32)[None, :]
+    return tf.argmax(scaled + _gumbel_noise(keys, tokens), axis=-1, output_type=tf.int32)
 
 
-def _inverse_cdf(scaled, uniforms, block: int = 128):
-    """int32 ``[batch]``: in each row of ``scaled`` (unnormalised log-probabilities, ``-inf``
-    for tokens out of the draw), the first token (in index order) whose cumulative
-    probability reaches ``u`` times the row's total: a draw from ``softmax(scaled)``, never a
-    token of probability 0. Two levels, sums of blocks of ``block`` tokens, then one block's
-    tokens, so that no cumulative sum runs over the whole row (a ``cumsum`` over a 10k
-    vocabulary costs 2.6-3.8x this whole function on a 2-core CPU:
-    ``tools/bench/sampling_draw.py``). Sums in float64."""
-    rows, width = tf.shape(scaled)[0], tf.shape(scaled)[1]
-    weights = tf.exp(scaled - tf.reduce_max(scaled, axis=-1, keepdims=True))  # 0 for -inf
-    n = (width + block - 1) // block
-    blocks = tf.reshape(tf.pad(weights, [[0, 0], [0, n * block - width]]), [rows, n, block])
-    sums = tf.cast(tf.reduce_sum(blocks, axis=-1), tf.float64)
-    upto = tf.cumsum(sums, axis=-1)
-    target = uniforms * upto[:, -1]  # in (0, total]: u < 1
-    which = tf.minimum(tf.reduce_sum(tf.cast(upto < target[:, None], tf.int32), axis=-1), n - 1)
-    inside = tf.cumsum(tf.cast(tf.gather(blocks, which, batch_dims=1), tf.float64), axis=-1)
-    # what is left of the target inside the block, kept in (0, the block's sum] against rounding,
-    # so that the token found has a probability above 0
-    left = tf.clip_by_value(target - (tf.gather(upto, which, batch_dims=1) - tf.gather(sums, which, batch_dims=1)),
-                            tf.constant(1e-300, tf.float64), inside[:, -1])
-    at = tf.reduce_sum(tf.cast(inside < left[:, None], tf.int32), axis=-1)
-    return which * block + at
+def _gumbel_noise(keys, tokens):
+    """float32 standard Gumbel noise ``-log(-log(u))`` for each row's ``tokens`` (int32
+    ``[batch, n]``, or ``[1, n]`` for every row): ``u`` from 24 bits of MurmurHash3's 32-bit
+    finaliser (fmix32) of ``key + token * golden`` (in uint32, whose shifts are logical and
+    products wrap), so that a token's noise depends on the row's key and the token id only
+    (not on the other rows, nor on which tokens are candidates)."""
+    def word(c):
+        return tf.constant(c, tf.uint32)
+
+    v = tf.cast(keys, tf.uint32)[:, None] + tf.cast(tokens, tf.uint32) * word(0x9E3779B9)
+    v = tf.bitwise.bitwise_xor(v, tf.bitwise.right_shift(v, word(16))) * word(0x85EBCA6B)
+    v = tf.bitwise.bitwise_xor(v, tf.bitwise.right_shift(v, word(13))) * word(0xC2B2AE35)
+    v = tf.bitwise.bitwise_xor(v, tf.bitwise.right_shift(v, word(16)))
+    u = (tf.cast(tf.bitwise.right_shift(v, word(8)), tf.float32) + 0.5) * (1.0 / (1 << 24))  # in (0, 1)
+    return -tf.math.log(-tf.math.log(u))
 
 
 #: MurmurHash3's 64-bit finaliser constants, and the golden ratio's (Weyl sequence step), as
@@ -218,22 +215,28 @@ def _mix64(x):
     return tf.bitwise.bitwise_xor(x, _shift_right(x, 33))
 
 
-def _uniforms(keys, step):
-    """float64 ``[batch]`` in (0, 1): the rows' numbers for ``step``, 53 bits of
+def _step_keys(keys, step):
+    """int32 ``[batch]``: the rows' keys for ``step``, the low 32 bits of
     ``fmix64(key + (step + 1) * golden)`` (a counter-based generator: any row and step at once)."""
-    x = _mix64(keys + (tf.cast(step, tf.int64) + 1) * tf.constant(_WEYL, tf.int64))
-    return (tf.cast(_shift_right(x, 11), tf.float64) + 0.5) * 2.0**-53
+    return tf.cast(_mix64(keys + (tf.cast(step, tf.int64) + 1) * tf.constant(_WEYL, tf.int64)), tf.int32)
 
 
-def sentence_seeds(source_ids, seed, pad_id: int = 0):
+def sentence_seeds(source_ids, seed, pad_id: int = 0, copies: int = 1):
     """int64 ``[batch, 2]`` seed pairs for :func:`greedy_search`'s sampling: ``(seed, a hash of
     the row's source ids and their places, padding left out)``, so that a sentence draws the
-    same tokens whatever batch it is decoded in (and the same sentence twice draws the same)."""
+    same tokens whatever batch it is decoded in (and the same sentence twice draws the same).
+    ``copies > 1``: the rows are each sentence ``copies`` times in a row (``tf.repeat``), and
+    copy ``k > 0`` gets ``fmix64(seed * golden + k)`` instead of ``seed``, so that each draws
+    apart (copy 0 as a single draw would)."""
     ids = tf.cast(source_ids, tf.int64)
     places = tf.range(1, tf.shape(ids, out_type=tf.int64)[1] + 1)[None, :]
     each = _mix64(ids * tf.constant(_WEYL, tf.int64) + places)
     salt = tf.reduce_sum(tf.where(tf.equal(ids, pad_id), tf.zeros_like(each), each), axis=1)
-    return tf.stack([tf.fill(tf.shape(salt), tf.cast(seed, tf.int64)), salt], axis=1)
+    seed = tf.fill(tf.shape(salt), tf.cast(seed, tf.int64))
+    if copies > 1:
+        copy = tf.math.floormod(tf.range(tf.shape(salt, out_type=tf.int64)[0]), copies)
+        seed = tf.where(copy == 0, seed, _mix64(seed * tf.constant(_WEYL, tf.int64) + copy))
+    return tf.stack([seed, salt], axis=1)
 
 
 def _nucleus_floor(scaled, top_p: float):

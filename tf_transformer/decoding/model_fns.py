@@ -207,6 +207,8 @@ def translate_batch(
         displaced (see :mod:`tf_transformer.decoding.beam_search`), so slot 0 is the 1-best
         translation; a slot the search could not fill (every hypothesis reached the length
         limit) has score ``-inf``.
+      n_best (with ``sampling``): samples per sentence, each drawn with random numbers of its
+        own (the first as with ``n_best=1``); returned as an n-best list, in the order drawn.
       sampling: a :class:`tf_transformer.decoding.batches.Sampling` (``top_k``, ``top_p``,
         ``temperature``, ``seed``): draw each token instead of searching
         (``beam_size`` must be 1; see :mod:`tf_transformer.decoding.greedy`). Each
@@ -226,10 +228,15 @@ def translate_batch(
       ``[batch, n_best]``.
     """
     n_best = int(n_best)
-    if not 1 <= n_best <= max(int(beam_size), 1):
+    if sampling is None and not 1 <= n_best <= max(int(beam_size), 1):
         raise UserError(f"n_best={n_best}: must be between 1 and the beam size ({beam_size}); an n-best list "
                         "needs beam search with at least that many beams")
+    if n_best < 1:
+        raise UserError(f"n_best={n_best}: must be >= 1")
     source_ids = tf.cast(tf.convert_to_tensor(source_ids), tf.int32)
+    samples = n_best if sampling is not None else 1
+    if samples > 1:  # each sentence `samples` times in a row, each copy with a seed of its own
+        source_ids = tf.repeat(source_ids, samples, axis=0)
     limit = model_limit(model)
     pad_id = int(getattr(model, "pad_id", 0))
     if max_decode_length is None:
@@ -261,10 +268,13 @@ def translate_batch(
         if sampling is not None:
             draw = dict(sample=True, top_k=int(sampling.top_k), top_p=float(sampling.top_p),
                         temperature=float(sampling.temperature),
-                        seed=sentence_seeds(source_ids, int(sampling.seed), pad_id))
+                        seed=sentence_seeds(source_ids, int(sampling.seed), pad_id, copies=samples))
         ids, scores = greedy_search(fn, initial_ids, cache, max_decode_length, eos_id,
                                     max_lengths=max_lengths, pad_id=pad_id, sentence_cache=sentence,
                                     drop_finished=drop, never_ids=never, **draw)
+        if samples > 1:
+            out = strip_after_eos(ids[:, 1:], eos_id, pad_id)
+            return tf.reshape(out, [-1, samples, tf.shape(out)[1]]), tf.reshape(scores, [-1, samples])
     else:
         ids, scores = beam_search(fn, initial_ids, cache, int(model.vocab_size), int(beam_size), alpha,
                                   max_decode_length, eos_id, max_lengths=max_lengths,

@@ -177,7 +177,10 @@ class Translator:
       n_best: translations per sentence (at most ``beam_size``). With ``n_best > 1``,
         ``translate`` gives each sentence a list of translations, best first, and a list of
         scores (the first is the 1-best translation; a list is shorter when the search could
-        finish fewer hypotheses within the length limit).
+        finish fewer hypotheses within the length limit). With ``sample``: ``n_best`` samples
+        per sentence (any number), in the order drawn, each with random numbers of its own
+        (the first is what ``n_best=1`` samples); a batch of ``batch_size`` sentences then
+        decodes ``batch_size * n_best`` rows.
       sample, top_k, top_p, temperature, seed: draw each token from the model's distribution
         instead of searching (``beam_size=1``), from the ``top_k`` most probable (0: all) and
         of those the nucleus of probability ``top_p`` (1: all), at ``temperature``, seeded by

@@ -308,8 +308,9 @@ class CT2Translator:
       threads: CPU threads of the one CTranslate2 worker (0: CTranslate2's default).
       compute_type: CTranslate2's ``compute_type`` (``"default"``: the exported weight type).
       device: ``"cpu"`` or ``"cuda"``.
-      n_best, sample, top_k, top_p, temperature, seed: as for ``Translator`` (n-best lists from
-        CTranslate2's ``num_hypotheses``; sampling from its own random sampler, seeded with
+      n_best, sample, top_k, top_p, temperature, seed: as for ``Translator`` (n-best lists, and
+        ``n_best`` samples, from CTranslate2's ``num_hypotheses``: its samples come sorted by
+        score, not in the order drawn; sampling from its own random sampler, seeded with
         ``ctranslate2.set_random_seed(seed)`` before each call: reproducible for the same input
         and ``batch_size``, but not the same draws as ``Translator``'s, and a sentence's draws
         depend on the batch it is in: :attr:`draws_per_batch`).

@@ -14,6 +14,8 @@ untimed warm-up pass of its own (tracing), batches of ``--batch-size`` sorted by
 3. greedy, and ``--sample`` from all tokens, from the top 10 and from the nucleus of 0.9
    (``--sample-topp 0.9``; seed 1): what back-translation would use; the quality of each
    against the references, and how many of the sampled translations differ from the greedy ones;
+   and 4 samples per line (``--sample --n-best 4``): how many distinct, and whether the first is
+   the single sample;
 4. ``--score-target``: the teacher-forced log-probability of the references and of row 1's
    outputs (per token), and its speed;
 5. ``--stream``: each of the first ``--stream-lines`` sentences decoded alone, as ``tft
@@ -114,11 +116,17 @@ def measure(args, argv):
                             "full_lists": sum(len(x) == 4 for x in o),
                             "first_is_the_1_best": sum(x[0] == b for x, b in zip(o, beam))})
     greedy, _ = row("greedy", make(beam_size=1), extra=lambda o, s: quality(o, refs))
+    drawn = {}
     for name, top_k, top_p in (("sample, all tokens", 0, 1.0), ("sample, top 10", 10, 1.0),
                                ("sample, nucleus 0.9", 0, 0.9)):
-        row(name, make(beam_size=1, sample=True, top_k=top_k, top_p=top_p, seed=1),
-            extra=lambda o, s: {**quality(o, refs), "differ_from_greedy": sum(a != b for a, b in zip(o, greedy))})
+        drawn[name], _ = row(name, make(beam_size=1, sample=True, top_k=top_k, top_p=top_p, seed=1),
+                             extra=lambda o, s: {**quality(o, refs),
+                                                 "differ_from_greedy": sum(a != b for a, b in zip(o, greedy))})
+    single = drawn["sample, all tokens"]
 
+    row("sample, 4 per line", make(beam_size=1, sample=True, seed=1, n_best=4),
+        extra=lambda o, s: {"mean_distinct_per_line": round(statistics.mean(len(set(x)) for x in o), 2),
+                            "first_is_the_single_sample": sum(x[0] == y for x, y in zip(o, single))})
     scorer = make(beam_size=1)
     for name, targets in (("score the references", refs), ("score the beam-4 outputs", beam)):
         (log_probs, tokens, _), wall, cpu = timed(scorer.score, sources, targets)

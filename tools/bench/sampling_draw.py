@@ -7,11 +7,14 @@ milliseconds per call, median of ``--repeats``:
 
 - ``gumbel``: Gumbel-max on one stateless uniform tensor (what sampling did before each
   sentence had its own random numbers: one uniform per token, shared seed per batch);
+- ``gumbel, per-row map_fn``: Gumbel-max on per-row noise from one stateless uniform call per
+  row (a ``tf.map_fn``), the other way to give each row its own numbers;
 - ``cumsum float32`` / ``cumsum float64``: the inverse CDF with one ``tf.cumsum`` over the
   whole vocabulary (one uniform per row);
-- ``two-level`` (what ``tf_transformer.decoding.greedy`` does: ``_inverse_cdf``): sums of
-  blocks of 128 tokens, then one block; the fraction of rows where it picks the same token as
-  ``cumsum float64`` is printed too;
+- ``two-level``: the inverse CDF in two levels (sums of blocks of 128 tokens, then one
+  block; what a first version of per-sentence sampling did); the fraction of rows where it
+  picks the same token as ``cumsum float64`` is printed too;
+- ``ours`` (``tf_transformer.decoding.greedy._draw``): Gumbel-max on per-row fmix32 noise;
 - ``nucleus 0.9 floor`` (``_nucleus_floor``) and ``tf.sort`` of the rows, for scale.
 """
 
@@ -40,7 +43,7 @@ def main(argv=None) -> int:
     import numpy as np
     import tensorflow as tf
 
-    from tf_transformer.decoding.greedy import _inverse_cdf, _nucleus_floor
+    from tf_transformer.decoding.greedy import _draw, _nucleus_floor
 
     rng = np.random.default_rng(0)
     x = tf.constant(rng.normal(0, 2, (args.rows, args.vocab)).astype(np.float32))
@@ -57,8 +60,34 @@ def main(argv=None) -> int:
         noise = tf.random.stateless_uniform(tf.shape(x), (1, 2), minval=1.1754944e-38, maxval=1.0)
         return tf.argmax(x - tf.math.log(-tf.math.log(noise)), axis=-1, output_type=tf.int32)
 
-    variants = {"gumbel": gumbel, "cumsum float32": inverse_cdf(tf.float32),
-                "cumsum float64": inverse_cdf(tf.float64), "two-level": lambda: _inverse_cdf(x, u),
+    keys = tf.constant(rng.integers(-2**31, 2**31, size=args.rows), tf.int32)
+    pairs = tf.constant(rng.integers(0, 2**31, size=(args.rows, 2)), tf.int64)
+
+    def gumbel_of(noise):
+        return tf.argmax(x - tf.math.log(-tf.math.log(noise)), axis=-1, output_type=tf.int32)
+
+    def mapped():  # per row: a stateless uniform row of its own seed, in a tf.map_fn
+        width = tf.shape(x)[1]
+        return gumbel_of(tf.map_fn(lambda s: tf.random.stateless_uniform([width], s, minval=1.1754944e-38, maxval=1.0),
+                                   pairs, fn_output_signature=tf.float32))
+
+    def two_level(block=128):
+        rows, width = tf.shape(x)[0], tf.shape(x)[1]
+        weights = tf.exp(x - tf.reduce_max(x, axis=-1, keepdims=True))
+        n = (width + block - 1) // block
+        blocks = tf.reshape(tf.pad(weights, [[0, 0], [0, n * block - width]]), [rows, n, block])
+        sums = tf.cast(tf.reduce_sum(blocks, axis=-1), tf.float64)
+        upto = tf.cumsum(sums, axis=-1)
+        target = u * upto[:, -1]
+        which = tf.minimum(tf.reduce_sum(tf.cast(upto < target[:, None], tf.int32), axis=-1), n - 1)
+        inside = tf.cumsum(tf.cast(tf.gather(blocks, which, batch_dims=1), tf.float64), axis=-1)
+        left = target - (tf.gather(upto, which, batch_dims=1) - tf.gather(sums, which, batch_dims=1))
+        return which * block + tf.reduce_sum(tf.cast(inside < left[:, None], tf.int32), axis=-1)
+
+    log_probs = tf.nn.log_softmax(x)
+    variants = {"gumbel": gumbel, "ours": lambda: _draw(log_probs, 0, 1.0, keys), "gumbel, per-row map_fn": mapped,
+                "cumsum float32": inverse_cdf(tf.float32),
+                "cumsum float64": inverse_cdf(tf.float64), "two-level": two_level,
                 "nucleus 0.9 floor": lambda: _nucleus_floor(x, 0.9),
                 "tf.sort": lambda: tf.sort(x, axis=-1, direction="DESCENDING")}
     print(f"| variant ([{args.rows}, {args.vocab}]) | ms per call (median of {args.repeats}) |")

@@ -182,37 +182,31 @@ def _draw(log_probs, top_k: int, temperature: float, keys, top_p: float = 1.0):
 def _gumbel_noise(keys, tokens):
     """float32 standard Gumbel noise ``-log(-log(u))`` for each row's ``tokens`` (int32
     ``[batch, n]``, or ``[1, n]`` for every row): ``u`` from 24 bits of MurmurHash3's 32-bit
-    finaliser (fmix32) of ``key + token * golden`` (in uint32, whose shifts are logical and
-    products wrap), so that a token's noise depends on the row's key and the token id only
-    (not on the other rows, nor on which tokens are candidates)."""
-    def word(c):
-        return tf.constant(c, tf.uint32)
-
-    v = tf.cast(keys, tf.uint32)[:, None] + tf.cast(tokens, tf.uint32) * word(0x9E3779B9)
-    v = tf.bitwise.bitwise_xor(v, tf.bitwise.right_shift(v, word(16))) * word(0x85EBCA6B)
-    v = tf.bitwise.bitwise_xor(v, tf.bitwise.right_shift(v, word(13))) * word(0xC2B2AE35)
-    v = tf.bitwise.bitwise_xor(v, tf.bitwise.right_shift(v, word(16)))
-    u = (tf.cast(tf.bitwise.right_shift(v, word(8)), tf.float32) + 0.5) * (1.0 / (1 << 24))  # in (0, 1)
-    return -tf.math.log(-tf.math.log(u))
+    finaliser of ``key + token * golden``, so that a token's noise depends on the row's key and
+    the token id only (not on the other rows, nor on which tokens are candidates)."""
+    v = tf.cast(keys, tf.uint32)[:, None] + tf.cast(tokens, tf.uint32) * tf.constant(0x9E3779B9, tf.uint32)
+    v = _fmix(v, (16, 13, 16), (0x85EBCA6B, 0xC2B2AE35))
+    u = (tf.cast(tf.bitwise.right_shift(v, tf.constant(8, tf.uint32)), tf.float32) + 0.5) * (1.0 / (1 << 24))
+    return -tf.math.log(-tf.math.log(u))  # u in (0, 1)
 
 
-#: MurmurHash3's 64-bit finaliser constants, and the golden ratio's (Weyl sequence step), as
-#: signed int64 (TensorFlow's integer ops wrap around).
-_FMIX1, _FMIX2, _WEYL = (c - (1 << 64) for c in (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 0x9E3779B97F4A7C15))
-
-
-def _shift_right(x, bits: int):
-    """Logical right shift of int64 ``x`` (``right_shift`` is arithmetic on signed types)."""
-    return tf.bitwise.bitwise_and(tf.bitwise.right_shift(x, tf.constant(bits, tf.int64)),
-                                  tf.constant((1 << (64 - bits)) - 1, tf.int64))
+def _fmix(v, shifts, multipliers):
+    """MurmurHash3's finaliser on unsigned ``v`` (uint32: fmix32, shifts 16, 13, 16; uint64:
+    fmix64, 33, 33, 33): xor-shifts and products, which wrap, so that each output bit depends
+    on every input bit."""
+    for bits, multiplier in zip(shifts, multipliers):
+        v = tf.bitwise.bitwise_xor(v, tf.bitwise.right_shift(v, tf.constant(bits, v.dtype))) * tf.constant(
+            multiplier, v.dtype)
+    return tf.bitwise.bitwise_xor(v, tf.bitwise.right_shift(v, tf.constant(shifts[-1], v.dtype)))
 
 
 def _mix64(x):
-    """MurmurHash3's 64-bit finaliser (fmix64) on int64 ``x``: each output bit depends on
-    every input bit."""
-    x = tf.bitwise.bitwise_xor(x, _shift_right(x, 33)) * tf.constant(_FMIX1, tf.int64)
-    x = tf.bitwise.bitwise_xor(x, _shift_right(x, 33)) * tf.constant(_FMIX2, tf.int64)
-    return tf.bitwise.bitwise_xor(x, _shift_right(x, 33))
+    """fmix64 (:func:`_fmix`) on int64 ``x``, bit for bit as on uint64."""
+    return tf.cast(_fmix(tf.cast(x, tf.uint64), (33, 33, 33), (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53)), tf.int64)
+
+
+#: The golden ratio's 64-bit Weyl step, as a signed int64 (TensorFlow's integer ops wrap around).
+_WEYL = 0x9E3779B97F4A7C15 - (1 << 64)
 
 
 def _step_keys(keys, step):

@@ -16,11 +16,17 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	@touch $(STAMP)
 
+# Tests run in TEST_JOBS processes (pytest-xdist; default: the usable cores, at most 4), one test
+# file per process at a time (--dist loadfile: a file's module fixtures are built once).
+# TEST_JOBS=0 runs them in this process, one after another.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
+PYTEST    := $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile
+
 test: $(STAMP)
-	$(PY) -m pytest -q tests
+	$(PYTEST) tests
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PYTEST) -m "not slow" tests
 
 demo: $(STAMP)
 	$(PY) tools/demo.py

@@ -178,6 +178,26 @@ def test_each_rows_noise_is_gumbel_and_depends_on_its_key_and_the_token_only():
     assert full.max() < 5 and len(set(full.tolist())) > 1
 
 
+def test_the_fused_noise_has_the_plain_ops_bits_in_any_batch_shape():
+    """The whole-vocabulary noise runs as one XLA kernel on the CPU, its rows padded to a power of
+    two where the batch size is known only at run time: the same bits as the plain TensorFlow ops
+    for batches of 1 to 100 rows, in a graph of unknown batch size (as decoding is traced) and
+    eagerly, where the rows' padding is left out again."""
+    from tf_transformer.decoding.greedy import _FUSED_FROM, _fused_uniform, _gumbel_noise, _uniform
+
+    rng = np.random.default_rng(5)
+    tokens = tf.range(_FUSED_FROM, dtype=tf.int32)[None, :]
+    fused = tf.function(lambda keys: _fused_uniform(keys, tokens), autograph=False,
+                        input_signature=[tf.TensorSpec([None], tf.int32)])
+    for rows in (1, 2, 5, 33, 64, 100):
+        keys = tf.constant(rng.integers(-2**31, 2**31, size=rows), tf.int32)
+        plain = _uniform(keys, tokens).numpy()
+        assert plain.shape == (rows, _FUSED_FROM) and 0 < plain.min() and plain.max() < 1
+        np.testing.assert_array_equal(fused(keys).numpy(), plain)
+        np.testing.assert_array_equal(_fused_uniform(keys, tokens).numpy(), plain)
+        np.testing.assert_array_equal(_gumbel_noise(keys, tokens).numpy(), (-tf.math.log(-tf.math.log(plain))).numpy())
+
+
 def test_sampling_settings_are_checked():
     table, _ = first_token_table()
     fn = lambda ids, step, cache: (tf.gather(table, ids[:, step]), cache)  # noqa: E731

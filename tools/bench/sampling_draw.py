@@ -14,7 +14,9 @@ milliseconds per call, median of ``--repeats``:
 - ``two-level``: the inverse CDF in two levels (sums of blocks of 128 tokens, then one
   block; what a first version of per-sentence sampling did); the fraction of rows where it
   picks the same token as ``cumsum float64`` is printed too;
-- ``ours`` (``tf_transformer.decoding.greedy._draw``): Gumbel-max on per-row fmix32 noise;
+- ``ours`` (``tf_transformer.decoding.greedy._draw``): Gumbel-max on per-row fmix32 noise, its
+  integer ops one XLA kernel (on the CPU); ``ours, plain ops``: the same noise from TensorFlow's
+  ops one by one (what it was before the kernel; the same tokens);
 - ``nucleus 0.9 floor`` (``_nucleus_floor``) and ``tf.sort`` of the rows, for scale.
 """
 
@@ -43,6 +45,7 @@ def main(argv=None) -> int:
     import numpy as np
     import tensorflow as tf
 
+    from tf_transformer.decoding import greedy
     from tf_transformer.decoding.greedy import _draw, _nucleus_floor
 
     rng = np.random.default_rng(0)
@@ -85,7 +88,14 @@ def main(argv=None) -> int:
         return which * block + tf.reduce_sum(tf.cast(inside < left[:, None], tf.int32), axis=-1)
 
     log_probs = tf.nn.log_softmax(x)
-    variants = {"gumbel": gumbel, "ours": lambda: _draw(log_probs, 0, 1.0, keys), "gumbel, per-row map_fn": mapped,
+
+    def plain_ops():  # _draw with the noise's integer ops left to TensorFlow, one op at a time
+        tokens = tf.range(args.vocab, dtype=tf.int32)[None, :]
+        return tf.argmax(log_probs - tf.math.log(-tf.math.log(greedy._uniform(keys, tokens))), axis=-1,
+                         output_type=tf.int32)
+
+    variants = {"gumbel": gumbel, "ours": lambda: _draw(log_probs, 0, 1.0, keys),
+                "ours, plain ops": plain_ops, "gumbel, per-row map_fn": mapped,
                 "cumsum float32": inverse_cdf(tf.float32),
                 "cumsum float64": inverse_cdf(tf.float64), "two-level": two_level,
                 "nucleus 0.9 floor": lambda: _nucleus_floor(x, 0.9),
@@ -104,6 +114,8 @@ def main(argv=None) -> int:
         print(f"| {name} | {1000 * statistics.median(times):.3f} |", flush=True)
     same = float(np.mean(picked["two-level"] == picked["cumsum float64"]))
     print(f"\ntwo-level picks the same token as cumsum float64 in {same:.1%} of the rows")
+    print(f"ours and ours, plain ops pick the same token in {np.mean(picked['ours'] == picked['ours, plain ops']):.1%}"
+          " of the rows")
     print(f"machine: {machine()}")
     return 0
 

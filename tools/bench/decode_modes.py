@@ -42,26 +42,17 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from decode_throughput import cpu_seconds, load, machine  # noqa: E402
+from decode_throughput import cpu_seconds, load, machine, model_arguments, parse_model_arguments  # noqa: E402
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("--model", help=".keras model (not with --tiny)")
-    p.add_argument("--vocab", help="its SentencePiece model")
-    p.add_argument("--config", help="config whose data section names the split (default: the bundled Multi30k)")
-    p.add_argument("--split", default="test", choices=["train", "valid", "test"])
-    p.add_argument("--limit", type=int, default=0, help="first N sentences only (0: all)")
-    p.add_argument("--batch-size", type=int, default=64)
+    model_arguments(p)
     p.add_argument("--threads", type=int, default=2, help="batches decoded at once (tft translate --threads)")
     p.add_argument("--stream-lines", type=int, default=100)
-    p.add_argument("--tiny", action="store_true", help="the test suite's tiny copy model on toy sentences")
     p.add_argument("--json", help="write the figures here")
-    args = p.parse_args(argv)
-    if not args.tiny and not (args.model and args.vocab):
-        p.error("--model and --vocab (or --tiny)")
-    return args
+    return parse_model_arguments(p, argv)
 
 
 def timed(fn, *args):

@@ -64,14 +64,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", help="trained .keras model")
-    p.add_argument("--vocab", help="its SentencePiece .model")
-    p.add_argument("--tiny", action="store_true",
-                   help="use the tiny test model and toy sentences (checks the script, figures meaningless)")
-    p.add_argument("--config", default=None, help="config whose data section names the test set (default: Multi30k)")
-    p.add_argument("--split", default="test", choices=("test", "valid"))
-    p.add_argument("--limit", type=int, default=None, help="only the first N sentences")
-    p.add_argument("--batch-size", type=int, default=64)
+    model_arguments(p)
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--alpha", type=float, default=0.6)
     p.add_argument("--max-extra-len", type=int, default=50)
@@ -93,6 +86,23 @@ def parse_args(argv=None):
                    help="also time whole `tft translate` processes over the test set (each engine)")
     p.add_argument("--skip-quality", action="store_true", help="no BLEU (faster)")
     p.add_argument("--json", default=None, help="write the results here")
+    return parse_model_arguments(p, argv)
+
+
+def model_arguments(p) -> None:
+    """The model and sentences options :func:`load` reads, on parser ``p``."""
+    p.add_argument("--model", help="trained .keras model (not with --tiny)")
+    p.add_argument("--vocab", help="its SentencePiece .model")
+    p.add_argument("--tiny", action="store_true",
+                   help="use the tiny test model and toy sentences (checks the script, figures meaningless)")
+    p.add_argument("--config", default=None, help="config whose data section names the split (default: Multi30k)")
+    p.add_argument("--split", default="test", choices=("train", "valid", "test"))
+    p.add_argument("--limit", type=int, default=0, help="only the first N sentences (0: all)")
+    p.add_argument("--batch-size", type=int, default=64)
+
+
+def parse_model_arguments(p, argv=None):
+    """``p.parse_args(argv)``, refusing a model without its vocabulary (or neither, without --tiny)."""
     args = p.parse_args(argv)
     if not args.tiny and not (args.model and args.vocab):
         p.error("--model and --vocab are required (or --tiny)")

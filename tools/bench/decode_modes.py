@@ -31,7 +31,6 @@ writes every figure with the command line, machine, load average and date.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -42,14 +41,11 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from decode_throughput import cpu_seconds, load, machine, model_arguments, parse_model_arguments  # noqa: E402
+from decode_throughput import cpu_seconds, load, machine, model_parser, parse_model_arguments  # noqa: E402
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    model_arguments(p)
-    p.add_argument("--threads", type=int, default=2, help="batches decoded at once (tft translate --threads)")
+    p = model_parser(__doc__)
     p.add_argument("--stream-lines", type=int, default=100)
     p.add_argument("--json", help="write the figures here")
     return parse_model_arguments(p, argv)

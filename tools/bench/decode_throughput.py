@@ -101,6 +101,16 @@ def model_arguments(p) -> None:
     p.add_argument("--batch-size", type=int, default=64)
 
 
+def model_parser(doc: str) -> argparse.ArgumentParser:
+    """A parser for a decoding benchmark whose docstring is ``doc`` (its first paragraph the
+    description, the whole the epilog), with :func:`model_arguments` and ``--threads``."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=doc)
+    model_arguments(p)
+    p.add_argument("--threads", type=int, default=2, help="batches decoded at once (tft translate --threads)")
+    return p
+
+
 def parse_model_arguments(p, argv=None):
     """``p.parse_args(argv)``, refusing a model without its vocabulary (or neither, without --tiny)."""
     args = p.parse_args(argv)

@@ -1,0 +1,115 @@
+"""What minimum Bayes risk decoding (``tft translate --mbr N``) gives and costs, against beam
+search, on one model.
+
+    python tools/bench/mbr_decoding.py --model runs/m30k/averaged.keras --vocab runs/m30k/vocab.model \
+        [--config multi30k_tiny] [--splits valid test] [--samples 16] [--beam 5] [--alphas 0.6 1.4] \
+        [--json FILE]
+    python tools/bench/mbr_decoding.py --tiny --limit 32      # plumbing check, tiny copy model
+
+Rows, each on every split of ``--splits`` (choose on valid, report test), batches of
+``--batch-size``, ``--threads`` at once:
+
+1. beam ``--beam`` at each of ``--alphas`` (the 1-best search);
+2. MBR by sentence chrF among the beam's ``--beam`` best (at the first alpha);
+3. MBR among ``--samples`` samples from all tokens, and from the nucleus of 0.9 (seed 1);
+4. the oracle of row 3's first setting: each line's sample of the highest chrF against its own
+   reference (an upper bound of what choosing among those samples could give, not a system).
+
+Each row: sacreBLEU, lowercased Moses-tokenized BLEU, chrF2, the length ratio, seconds (decoding
+and MBR choice together; the MBR choice alone too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from decode_throughput import load, machine, model_parser, parse_model_arguments  # noqa: E402
+
+
+def main(argv=None) -> int:
+    p = model_parser(__doc__)
+    p.add_argument("--splits", nargs="+", default=["valid", "test"], choices=["train", "valid", "test"])
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--alphas", type=float, nargs="+", default=[0.6, 1.4])
+    p.add_argument("--samples", type=int, default=16)
+    p.add_argument("--json", help="write the figures here")
+    args = parse_model_arguments(p, argv)
+
+    from tf_transformer.decoding import decoding_environment
+
+    decoding_environment()  # as tft translate decodes
+    import numpy as np
+
+    from tf_transformer.decoding.translator import Translator, set_cpu_threads
+    from tf_transformer.evaluation.bleu import chrf, moses_lowercase_bleu, sacre_bleu
+    from tf_transformer.evaluation.mbr import chrf_matrix, mbr_choose
+
+    set_cpu_threads(args.threads)
+    figures = {"command": sys.argv, "rows": {}}
+    for split in args.splits:
+        args.split = split
+        model, tok, sources, refs, what = load(args)
+        print(f"mbr_decoding: {len(sources)} sentences of {what}", file=sys.stderr)
+
+        def make(**kw):
+            return Translator(model, tok, batch_size=args.batch_size, workers=args.threads, max_extra_length=50,
+                              stop_rule="beam_finished", **kw)
+
+        def scored(name, outputs, seconds, choice_seconds=None):
+            ratio = sum(len(o.split()) for o in outputs) / max(1, sum(len(r.split()) for r in refs))
+            row = {"sacrebleu": round(sacre_bleu(outputs, refs).score, 2),
+                   "bleu_lc_moses": round(moses_lowercase_bleu(outputs, refs, "de").score, 2),
+                   "chrf2": round(chrf(outputs, refs).score, 2), "length_ratio": round(ratio, 3),
+                   "seconds": round(seconds, 1)}
+            if choice_seconds is not None:
+                row["mbr_choice_seconds"] = round(choice_seconds, 1)
+            figures["rows"].setdefault(name, {})[split] = row
+            print(f"  {split} {name}: {row}", file=sys.stderr, flush=True)
+
+        def mbr_row(name, translator, oracle=False):
+            start = time.perf_counter()
+            lists = translator.translate(sources)[0]
+            decoded = time.perf_counter()
+            chosen = [c[mbr_choose(c)[0]] if c else "" for c in lists]
+            done = time.perf_counter()
+            scored(name, chosen, done - start, done - decoded)
+            if oracle:
+                best = [c[int(np.argmax(chrf_matrix(c, [r])[:, 0]))] if c else "" for c, r in zip(lists, refs)]
+                scored(f"oracle of {name} (chosen by the reference)", best, 0.0)
+
+        for alpha in args.alphas:
+            start = time.perf_counter()
+            outputs = make(beam_size=args.beam, alpha=alpha).translate(sources)[0]
+            scored(f"beam {args.beam}, alpha {alpha:g}", outputs, time.perf_counter() - start)
+        mbr_row(f"MBR among the beam's {args.beam} best (alpha {args.alphas[0]:g})",
+                make(beam_size=args.beam, alpha=args.alphas[0], n_best=args.beam))
+        mbr_row(f"MBR among {args.samples} samples (all tokens)",
+                make(beam_size=1, sample=True, seed=1, n_best=args.samples), oracle=True)
+        mbr_row(f"MBR among {args.samples} samples (nucleus 0.9)",
+                make(beam_size=1, sample=True, seed=1, top_p=0.9, n_best=args.samples))
+    figures["machine"] = machine()
+    splits = args.splits
+    print(f"| row | {' | '.join(f'{s}: BLEU lc Moses / sacreBLEU / chrF2 / length' for s in splits)} | seconds "
+          f"({splits[-1]}; MBR choice) |")
+    print("|---|" + "---:|" * (len(splits) + 1))
+    for name, by_split in figures["rows"].items():
+        cells = [f"{r['bleu_lc_moses']} / {r['sacrebleu']} / {r['chrf2']} / {r['length_ratio']}"
+                 for r in (by_split[s] for s in splits)]
+        last = by_split[splits[-1]]
+        extra = f"; {last['mbr_choice_seconds']}" if "mbr_choice_seconds" in last else ""
+        print(f"| {name} | {' | '.join(cells)} | {last['seconds']}{extra} |")
+    print(f"\nmachine: {figures['machine']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

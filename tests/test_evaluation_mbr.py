@@ -1,5 +1,6 @@
-"""Minimum Bayes risk decoding: the chrF utility against sacreBLEU's sentence chrF, the choice
-against a brute-force search, and `tft translate --mbr` against the n-best lists it chooses from."""
+"""Minimum Bayes risk decoding: the chrF and BLEU utilities against sacreBLEU's sentence chrF and
+BLEU, the choice against a brute-force search, and `tft translate --mbr` against the n-best lists
+it chooses from."""
 
 import gzip
 import random
@@ -10,7 +11,7 @@ import pytest
 import sacrebleu
 from helpers.tiny_model import toy_sentences
 
-from tf_transformer.evaluation.mbr import MBRTranslator, chrf_matrix, mbr_choose
+from tf_transformer.evaluation.mbr import MBRTranslator, bleu_matrix, chrf_matrix, mbr_choose
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,7 +23,19 @@ def _lines(n=30, seed=0):
     picked = [rng.choice(lines) for _ in range(n)]
     # word orders shuffled (the same characters, other n-grams) and edge cases
     picked += [" ".join(rng.sample(t.split(), len(t.split()))) for t in picked[:10]]
-    return picked + ["", "   ", "a", "ab", "Äö ü.", "x  y\tz", "aaaaaaa", "T-Shirt", "!!", "a b", "ab ab ab"]
+    picked += [" ".join(t.split()[:n]) for n, t in enumerate(picked[:8], start=1)]  # 1-8 words: the short orders
+    return picked + ["", "   ", "a", "ab", "Äö ü.", "x  y\tz", "aaaaaaa", "T-Shirt", "!!", "a b", "ab ab ab",
+                     "a a a a a", "ein Hund.", "ein Hund rennt."]
+
+
+def test_bleu_matrix_is_sacrebleus_sentence_bleu():
+    """Every pair, short ones included (effective order, exp smoothing, brevity penalty, no match)."""
+    texts = _lines(seed=3)
+    got = bleu_matrix(texts)
+    want = np.array([[sacrebleu.sentence_bleu(h, [r]).score for r in texts] for h in texts])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
+    assert ((0 < want) & (want < 100)).sum() > len(texts) ** 2 // 4 and (want == 0).any()
+    np.testing.assert_allclose(bleu_matrix(texts[:3], texts[5:12]), want[:3, 5:12], rtol=0, atol=1e-9)
 
 
 def test_chrf_matrix_is_sacrebleus_sentence_chrf():
@@ -36,15 +49,18 @@ def test_chrf_matrix_is_sacrebleus_sentence_chrf():
     assert chrf_matrix([], texts[:2]).shape == (0, 2)
 
 
-def test_mbr_choice_is_the_brute_force_one():
-    """The choice maximises the mean sacreBLEU chrF against every candidate (duplicates counted
-    as often as drawn), the first of equal ones; checked on random candidate lists with repeats."""
+@pytest.mark.parametrize("utility", ["chrf", "bleu"])
+def test_mbr_choice_is_the_brute_force_one(utility):
+    """The choice maximises the mean sacreBLEU sentence score against every candidate
+    (duplicates counted as often as drawn), the first of equal ones; checked on random candidate
+    lists with repeats."""
+    score = {"chrf": sacrebleu.sentence_chrf, "bleu": sacrebleu.sentence_bleu}[utility]
     rng = random.Random(1)
     pool = _lines(40, seed=2)[:45]
     for trial in range(40):
         candidates = [rng.choice(pool[trial % 9: trial % 9 + 6]) for _ in range(rng.randint(1, 9))]
-        expected = [np.mean([sacrebleu.sentence_chrf(h, [r]).score for r in candidates]) for h in candidates]
-        index, value = mbr_choose(candidates)
+        expected = [np.mean([score(h, [r]).score for r in candidates]) for h in candidates]
+        index, value = mbr_choose(candidates, utility)
         assert index == int(np.argmax(expected)), (candidates, expected)
         assert value == pytest.approx(max(expected), abs=1e-9)
     assert mbr_choose([]) == (-1, pytest.approx(float("nan"), nan_ok=True))
@@ -58,8 +74,8 @@ def test_mbr_picks_the_consensus_and_breaks_ties_toward_the_first():
     assert mbr_choose(longer)[0] == 1
     assert mbr_choose(["b a", "a b"])[0] == 0  # equal expected utility: the earlier
     assert mbr_choose(["a", "a"]) == (0, pytest.approx(100))
-    with pytest.raises(ValueError, match="utility='bleu': one of chrf"):
-        mbr_choose(["a", "b"], utility="bleu")
+    with pytest.raises(ValueError, match="utility='ter': one of bleu, chrf"):
+        mbr_choose(["a", "b"], utility="ter")
 
 
 class _Lists:
@@ -106,16 +122,20 @@ def test_cli_translate_mbr_chooses_among_the_n_best_and_the_samples(assets, tmp_
             out.setdefault(int(index), []).append(text)
         return [out.get(i, []) for i in range(len(texts))]
 
-    for extra in (["--beam", "3"], ["--sample", "--seed", "4"]):
+    for extra, utility in ((["--beam", "3"], "chrf"), (["--sample", "--seed", "4"], "chrf"),
+                           (["--sample", "--seed", "4"], "bleu")):
         assert main([*flags, *extra, "--n-best", "3", "--output", str(tmp_path / "n")]) == 0
-        assert main([*flags, *extra, "--mbr", "3", "--scores", "--output", str(tmp_path / "m")]) == 0
-        want = [(c[mbr_choose(c)[0]], mbr_choose(c)[1]) for c in lists(tmp_path / "n")]
+        assert main([*flags, *extra, "--mbr", "3", "--mbr-utility", utility, "--scores",
+                     "--output", str(tmp_path / "m")]) == 0
+        want = [(c[mbr_choose(c, utility)[0]], mbr_choose(c, utility)[1]) for c in lists(tmp_path / "n")]
         got = [line.split("\t") for line in (tmp_path / "m").read_text().splitlines()]
         assert [t for _, t in got] == [t for t, _ in want]
         np.testing.assert_allclose([float(s) for s, _ in got], [v for _, v in want], atol=1e-4)
         assert sum(len(set(c)) > 1 for c in lists(tmp_path / "n")) >= 3  # real choices were made
-    assert "MBR by chrF among them" in capsys.readouterr().err
-    for bad, message in ((["--mbr", "1"], "--mbr 1: the number of candidates to choose among; must be >= 2"),
+    err = capsys.readouterr().err
+    assert "MBR by chrF among the 3 best" in err and "MBR by BLEU among them" in err
+    for bad, message in ((["--mbr-utility", "bleu"], "--mbr-utility applies to --mbr only"),
+                         (["--mbr", "1"], "--mbr 1: the number of candidates to choose among; must be >= 2"),
                          (["--beam", "2", "--mbr", "3"], "--mbr 3: must be between 2 and the beam size (2; --beam)"),
                          (["--mbr", "3", "--n-best", "2"], "--mbr N writes one translation per line"),
                          (["--mbr", "3", "--score-target", str(src)], "--mbr does not apply to it")):

@@ -120,6 +120,8 @@ def build_translator(args):
     cfg, decode = decode_settings(args)
     n_best, mbr = getattr(args, "n_best", 1), getattr(args, "mbr", None)
     flag = "--n-best"
+    if mbr is None and getattr(args, "mbr_utility", None) is not None:
+        raise UserError("--mbr-utility applies to --mbr only")
     if mbr is not None:
         if n_best > 1:
             raise UserError("--mbr N writes one translation per line, chosen among N candidates: leave out --n-best")
@@ -138,7 +140,7 @@ def build_translator(args):
         vocab = args.vocab or (cfg.data.vocab_model if cfg is not None else None)
         translator = build_ct2_translator(args, decode, vocab, n_best=n_best, **sampling)
         mark(args, "model and vocabulary")
-        return cfg, decode, _with_mbr(translator, mbr)
+        return cfg, decode, _with_mbr(translator, mbr, getattr(args, "mbr_utility", None) or "chrf")
     threads = getattr(args, "threads", None)
     if threads is not None and threads < 0:
         raise UserError(f"--threads {threads}: must be >= 0 (0: TensorFlow's own default)")
@@ -155,16 +157,17 @@ def build_translator(args):
                             max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
                             jit_compile=args.xla, workers=max(threads, 1), stop_rule=decode.stop_rule,
                             n_best=n_best, **sampling)
-    return cfg, decode, _with_mbr(translator, mbr)
+    return cfg, decode, _with_mbr(translator, mbr, getattr(args, "mbr_utility", None) or "chrf")
 
 
-def _with_mbr(translator, mbr):
-    """``translator``, made to choose one translation per line by MBR with ``--mbr``."""
+def _with_mbr(translator, mbr, utility: str = "chrf"):
+    """``translator``, made to choose one translation per line by MBR with ``--mbr`` (by
+    ``--mbr-utility``)."""
     if mbr is None:
         return translator
     from tf_transformer.evaluation.mbr import MBRTranslator
 
-    return MBRTranslator(translator)
+    return MBRTranslator(translator, utility)
 
 
 def sampling_settings(args, decode) -> dict:
@@ -304,8 +307,9 @@ def settings(decode, args, translator) -> str:
     sampled = getattr(translator, "sampling", None) is not None
     if sampled and translator.n_best > 1:
         text += f", {translator.n_best} samples per line"
-    if getattr(translator, "utility", None) is not None:  # an MBRTranslator
-        text += (", MBR by chrF among them" if sampled else f", MBR by chrF among the {translator.n_best} best")
+    utility = {"chrf": "chrF", "bleu": "BLEU"}.get(getattr(translator, "utility", None))
+    if utility is not None:  # an MBRTranslator
+        text += f", MBR by {utility} among " + ("them" if sampled else f"the {translator.n_best} best")
     return text
 
 
@@ -373,12 +377,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "ctranslate2's --sample, whose draws depend on the batch")
     parser.add_argument("--mbr", type=int, default=None, metavar="N",
                         help="minimum Bayes risk decoding: write, of N candidate translations of each line, the "
-                             "one with the highest mean sentence chrF (sacreBLEU's) against all N, i.e. the one "
-                             "the candidates agree with most (Eikema & Aziz, 2020; Freitag et al., 2022). "
-                             "Candidates: with --sample, N samples (e.g. --sample --sample-topp 0.9 --mbr 16); "
-                             "without, the beam's N best (N <= --beam). With --scores the score is that mean "
-                             "chrF (0-100). Costs N samples per line plus N^2 chrF pairs (about 5 ms per line "
-                             "at N=16)")
+                             "one with the highest mean sentence chrF (sacreBLEU's; or --mbr-utility bleu) against "
+                             "all N, i.e. the one the candidates agree with most (Eikema & Aziz, 2020; Freitag et "
+                             "al., 2022). Candidates: with --sample, N samples (e.g. --sample --sample-topp 0.9 "
+                             "--mbr 16); without, the beam's N best (N <= --beam). With --scores the score is that "
+                             "mean utility (0-100). Costs N samples per line plus N^2 utility pairs (about 4 ms "
+                             "per line at N=16)")
+    parser.add_argument("--mbr-utility", choices=("chrf", "bleu"), default=None,
+                        help="with --mbr: the utility, sentence chrF (default) or sentence BLEU (sacreBLEU's "
+                             "sentence_bleu: 13a tokens, exp smoothing)")
     parser.add_argument("--n-best", type=int, default=1, metavar="N",
                         help="write the N best translations of each line (N <= the beam size), best first, "
                              "one per output line as 'LINE ||| translation ||| score' (LINE: the input line's "

@@ -13,8 +13,10 @@ better one, or the earlier draw).
 
 The utility is sentence-level chrF (Popović, 2015) exactly as sacreBLEU's ``sentence_chrf``
 computes it with its defaults (character n-grams of orders 1-6, spaces removed, beta 2,
-precision and recall averaged over the orders that both sides have): ``chrf_matrix`` computes
-all ``N x N`` pairs of a sentence at once from n-gram count vectors, instead of ``N^2`` calls.
+precision and recall averaged over the orders that both sides have), or sentence BLEU as its
+``sentence_bleu`` does (13a tokens, exp smoothing, effective order): ``chrf_matrix`` and
+``bleu_matrix`` compute all ``N x N`` pairs of a sentence at once from n-gram count vectors,
+instead of ``N^2`` calls.
 """
 
 from __future__ import annotations
@@ -24,27 +26,37 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["MBRTranslator", "chrf_matrix", "mbr_choose", "UTILITIES"]
+__all__ = ["MBRTranslator", "bleu_matrix", "chrf_matrix", "mbr_choose", "UTILITIES"]
 
 CHAR_ORDER = 6
 BETA = 2
+BLEU_ORDER = 4
 
 
-def _char_ngram_counts(texts: Sequence[str], order: int = CHAR_ORDER) -> list[np.ndarray]:
-    """Per order n = 1..order: int ``[len(texts), G_n]``, each text's counts of the G_n
-    distinct character n-grams of all texts (whitespace removed)."""
-    joined = ["".join(text.split()) for text in texts]
+def _ngram_counts(sequences: Sequence, order: int) -> list[np.ndarray]:
+    """Per order n = 1..order: int ``[len(sequences), G_n]``, each sequence's counts of the G_n
+    distinct n-grams of all sequences (a sequence: a string, for character n-grams, or a tuple
+    of words)."""
     out = []
     for n in range(1, order + 1):
-        index: dict[str, int] = {}
-        rows = [Counter(index.setdefault(chars[i:i + n], len(index)) for i in range(len(chars) - n + 1))
-                for chars in joined]
-        counts = np.zeros((len(texts), len(index)), np.int32)
+        index: dict = {}
+        rows = [Counter(index.setdefault(seq[i:i + n], len(index)) for i in range(len(seq) - n + 1))
+                for seq in sequences]
+        counts = np.zeros((len(sequences), len(index)), np.int32)
         for r, row in enumerate(rows):
             if row:
                 counts[r, list(row.keys())] = list(row.values())
         out.append(counts)
     return out
+
+
+def _pair_matches(h: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """int ``[H, R]``: for each pair, the smaller of the two counts summed over the n-grams
+    (in blocks of 16 hypotheses, to bound the ``[h, R, G]`` minimum)."""
+    matches = np.zeros((len(h), len(r)), np.int64)
+    for i in range(0, len(h), 16):
+        matches[i:i + 16] = np.minimum(h[i:i + 16, None, :], r[None, :, :]).sum(-1)
+    return matches
 
 
 def chrf_matrix(hypotheses: Sequence[str], references: Sequence[str] | None = None) -> np.ndarray:
@@ -56,13 +68,11 @@ def chrf_matrix(hypotheses: Sequence[str], references: Sequence[str] | None = No
     precision = np.zeros((n_hyp, len(references)))
     recall = np.zeros_like(precision)
     effective = np.zeros(precision.shape, np.int64)  # the orders that both sides have
-    for counts in _char_ngram_counts(list(hypotheses) + list(references)):
+    joined = ["".join(text.split()) for text in list(hypotheses) + list(references)]
+    for counts in _ngram_counts(joined, CHAR_ORDER):
         h, r = counts[:n_hyp], counts[n_hyp:]
         hyp_total, ref_total = h.sum(-1)[:, None], r.sum(-1)[None, :]
-        # [H, R]: the smaller of the two counts, summed; in blocks of hypotheses (an [h, R, G] minimum)
-        matches = np.zeros(precision.shape, np.int64)
-        for i in range(0, n_hyp, 16):
-            matches[i:i + 16] = np.minimum(h[i:i + 16, None, :], r[None, :, :]).sum(-1)
+        matches = _pair_matches(h, r)
         both = (hyp_total > 0) & (ref_total > 0)
         precision += np.where(both, matches / np.maximum(hyp_total, 1), 0.0)
         recall += np.where(both, matches / np.maximum(ref_total, 1), 0.0)
@@ -74,8 +84,40 @@ def chrf_matrix(hypotheses: Sequence[str], references: Sequence[str] | None = No
     return 100 * (1 + factor) * precision * recall / np.where(denominator > 0, denominator, 1.0)
 
 
+def bleu_matrix(hypotheses: Sequence[str], references: Sequence[str] | None = None) -> np.ndarray:
+    """float64 ``[len(hypotheses), len(references)]``: sentence BLEU (0-100) of each hypothesis
+    against each reference, as sacreBLEU's ``sentence_bleu(h, [r]).score`` computes it with its
+    defaults: 13a tokenization, n-grams up to 4, the orders the hypothesis is long enough for
+    (effective order), mteval's "exp" smoothing (the k-th order without a match counts as
+    ``1 / (2^k * total)``), the brevity penalty, and 0 when no n-gram matches at all (default
+    references: the hypotheses themselves)."""
+    from tf_transformer.evaluation.bleu import tokenize_13a
+
+    references = hypotheses if references is None else references
+    n_hyp = len(hypotheses)
+    words = [tuple(tokenize_13a(text).split()) for text in list(hypotheses) + list(references)]
+    hyp_len = np.array([len(w) for w in words[:n_hyp]], np.float64)[:, None]
+    ref_len = np.array([len(w) for w in words[n_hyp:]], np.float64)[None, :]
+    log_sum = np.zeros((n_hyp, len(references)))
+    halvings = np.zeros_like(log_sum)  # zero-match orders so far
+    any_match = np.zeros(log_sum.shape, bool)
+    for n, counts in enumerate(_ngram_counts(words, BLEU_ORDER), start=1):
+        matches = _pair_matches(counts[:n_hyp], counts[n_hyp:])
+        total = np.maximum(hyp_len - n + 1, 0)  # [H, 1]: the hypothesis's n-grams
+        counted = total > 0  # the orders up to the hypothesis's length
+        halvings += counted & (matches == 0)
+        precision = np.where(matches > 0, matches / np.maximum(total, 1), 1 / (2 ** halvings * np.maximum(total, 1)))
+        log_sum += np.where(counted, np.log(100 * precision), 0.0)
+        any_match |= matches > 0
+    orders = np.minimum(hyp_len, BLEU_ORDER)
+    with np.errstate(divide="ignore"):
+        brevity = np.where(hyp_len < ref_len, np.exp(1 - ref_len / np.maximum(hyp_len, 1)), 1.0)
+    return np.where(any_match & (hyp_len > 0), brevity * np.exp(log_sum / np.maximum(orders, 1)), 0.0)
+
+
 #: Utilities by name: ``(hypotheses, references) -> [H, R]`` scores, higher is better.
-UTILITIES: dict[str, Callable[[Sequence[str], Sequence[str]], np.ndarray]] = {"chrf": chrf_matrix}
+UTILITIES: dict[str, Callable[[Sequence[str], Sequence[str]], np.ndarray]] = {"chrf": chrf_matrix,
+                                                                              "bleu": bleu_matrix}
 
 
 def mbr_choose(candidates: Sequence[str], utility: str = "chrf") -> tuple[int, float]:

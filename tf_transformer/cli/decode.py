@@ -118,6 +118,35 @@ def build_translator(args):
     from tf_transformer.decoding.translator import Translator
 
     cfg, decode = decode_settings(args)
+    n_best = _translations_per_line(args, decode)
+    sampling = sampling_settings(args, decode)
+    if getattr(args, "engine", "tensorflow") == "ctranslate2":
+        vocab = args.vocab or (cfg.data.vocab_model if cfg is not None else None)
+        translator = build_ct2_translator(args, decode, vocab, n_best=n_best, **sampling)
+        mark(args, "model and vocabulary")
+        return cfg, decode, _with_mbr(translator, args)
+    threads = getattr(args, "threads", None)
+    if threads is not None and threads < 0:
+        raise UserError(f"--threads {threads}: must be >= 0 (0: TensorFlow's own default)")
+    if threads is None:  # the default: one decoding thread per usable core
+        from tf_transformer.data.batching import usable_cores
+
+        threads = usable_cores()
+        import_tensorflow(threads, required=False)
+    else:
+        import_tensorflow(threads)
+    model, tok = load_model_and_vocabulary(args, cfg)
+    mark(args, "model and vocabulary")
+    translator = Translator(model, tok, beam_size=decode.beam_size, alpha=decode.alpha,
+                            max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
+                            jit_compile=args.xla, workers=max(threads, 1), stop_rule=decode.stop_rule,
+                            n_best=n_best, **sampling)
+    return cfg, decode, _with_mbr(translator, args)
+
+
+def _translations_per_line(args, decode) -> int:
+    """How many translations of each line the search is to give: ``--n-best``, or ``--mbr``'s
+    candidates; checked against ``--sample`` and the beam size."""
     n_best, mbr = getattr(args, "n_best", 1), getattr(args, "mbr", None)
     flag = "--n-best"
     if mbr is None and getattr(args, "mbr_utility", None) is not None:
@@ -135,39 +164,17 @@ def build_translator(args):
         raise UserError(f"{flag} {n_best}: must be between {1 if mbr is None else 2} and the beam size "
                         f"({decode.beam_size}; --beam): an n-best list comes from beam search with at least that "
                         "many beams" + ("; or add --sample to choose among N samples" if mbr is not None else ""))
-    sampling = sampling_settings(args, decode)
-    if getattr(args, "engine", "tensorflow") == "ctranslate2":
-        vocab = args.vocab or (cfg.data.vocab_model if cfg is not None else None)
-        translator = build_ct2_translator(args, decode, vocab, n_best=n_best, **sampling)
-        mark(args, "model and vocabulary")
-        return cfg, decode, _with_mbr(translator, mbr, getattr(args, "mbr_utility", None) or "chrf")
-    threads = getattr(args, "threads", None)
-    if threads is not None and threads < 0:
-        raise UserError(f"--threads {threads}: must be >= 0 (0: TensorFlow's own default)")
-    if threads is None:  # the default: one decoding thread per usable core
-        from tf_transformer.data.batching import usable_cores
-
-        threads = usable_cores()
-        import_tensorflow(threads, required=False)
-    else:
-        import_tensorflow(threads)
-    model, tok = load_model_and_vocabulary(args, cfg)
-    mark(args, "model and vocabulary")
-    translator = Translator(model, tok, beam_size=decode.beam_size, alpha=decode.alpha,
-                            max_extra_length=decode.max_extra_length, batch_size=decode.batch_size,
-                            jit_compile=args.xla, workers=max(threads, 1), stop_rule=decode.stop_rule,
-                            n_best=n_best, **sampling)
-    return cfg, decode, _with_mbr(translator, mbr, getattr(args, "mbr_utility", None) or "chrf")
+    return n_best
 
 
-def _with_mbr(translator, mbr, utility: str = "chrf"):
-    """``translator``, made to choose one translation per line by MBR with ``--mbr`` (by
-    ``--mbr-utility``)."""
-    if mbr is None:
+def _with_mbr(translator, args):
+    """``translator``, made to choose one translation per line by MBR (by ``--mbr-utility``)
+    with ``--mbr``."""
+    if getattr(args, "mbr", None) is None:
         return translator
     from tf_transformer.evaluation.mbr import MBRTranslator
 
-    return MBRTranslator(translator, utility)
+    return MBRTranslator(translator, getattr(args, "mbr_utility", None) or "chrf")
 
 
 def sampling_settings(args, decode) -> dict:

@@ -3,6 +3,7 @@ BLEU, the choice against a brute-force search, and `tft translate --mbr` against
 it chooses from."""
 
 import gzip
+import json
 import random
 from pathlib import Path
 
@@ -134,6 +135,16 @@ def test_cli_translate_mbr_chooses_among_the_n_best_and_the_samples(assets, tmp_
         assert sum(len(set(c)) > 1 for c in lists(tmp_path / "n")) >= 3  # real choices were made
     err = capsys.readouterr().err
     assert "MBR by chrF among the 3 best" in err and "MBR by BLEU among them" in err
+    # tft evaluate --mbr: the same choice among the beam's 3 best, scored, and said in its JSON
+    reference = tmp_path / "ref.txt"
+    reference.write_text("\n".join(texts) + "\n")  # the tiny model copies its input
+    assert main([*flags, "--beam", "3", "--mbr", "3", "--output", str(tmp_path / "m")]) == 0
+    assert main(["evaluate", "--model", assets[0], "--vocab", assets[1], "--source", str(src), "--reference",
+                 str(reference), "--max-extra-len", "8", "--quiet", "--beam", "3", "--mbr", "3",
+                 "--output", str(tmp_path / "e"), "--json", str(tmp_path / "e.json")]) == 0
+    assert (tmp_path / "e").read_text() == (tmp_path / "m").read_text()
+    assert json.loads((tmp_path / "e.json").read_text())["decode"]["mbr"] == {"candidates": 3, "utility": "chrf"}
+    assert "MBR by chrF among the 3 best" in capsys.readouterr().out
     for bad, message in ((["--mbr-utility", "bleu"], "--mbr-utility applies to --mbr only"),
                          (["--mbr", "1"], "--mbr 1: the number of candidates to choose among; must be >= 2"),
                          (["--beam", "2", "--mbr", "3"], "--mbr 3: must be between 2 and the beam size (2; --beam)"),

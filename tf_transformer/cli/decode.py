@@ -320,6 +320,23 @@ def settings(decode, args, translator) -> str:
     return text
 
 
+def add_mbr_arguments(parser: argparse.ArgumentParser, samples: bool = True) -> None:
+    """``--mbr N`` and ``--mbr-utility`` (``samples``: the command has ``--sample`` and ``--scores``,
+    as ``tft translate``)."""
+    candidates = ("Candidates: with --sample, N samples (e.g. --sample --sample-topp 0.9 --mbr 16); without, "
+                  "the beam's N best (N <= --beam). With --scores the score is that mean utility (0-100). "
+                  if samples else "Candidates: the beam's N best (N <= --beam). ")
+    parser.add_argument("--mbr", type=int, default=None, metavar="N",
+                        help="minimum Bayes risk decoding: write, of N candidate translations of each line, the "
+                             "one with the highest mean sentence chrF (sacreBLEU's; or --mbr-utility bleu) against "
+                             "all N, i.e. the one the candidates agree with most (Eikema & Aziz, 2020; Freitag et "
+                             "al., 2022). " + candidates
+                             + "Costs N candidates per line plus N^2 utility pairs (about 4 ms per line at N=16)")
+    parser.add_argument("--mbr-utility", choices=("chrf", "bleu"), default=None,
+                        help="with --mbr: the utility, sentence chrF (default) or sentence BLEU (sacreBLEU's "
+                             "sentence_bleu: 13a tokens, exp smoothing)")
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (RULES + "\nexamples:\n"
                      "  echo 'A dog runs.' | tft translate --model runs/m30k      # the run directory of tft train\n"
@@ -382,17 +399,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="translate the input N lines at a time, each chunk sorted by length into batches and "
                              "written when done (default 20000); the outputs do not depend on it, but for --engine "
                              "ctranslate2's --sample, whose draws depend on the batch")
-    parser.add_argument("--mbr", type=int, default=None, metavar="N",
-                        help="minimum Bayes risk decoding: write, of N candidate translations of each line, the "
-                             "one with the highest mean sentence chrF (sacreBLEU's; or --mbr-utility bleu) against "
-                             "all N, i.e. the one the candidates agree with most (Eikema & Aziz, 2020; Freitag et "
-                             "al., 2022). Candidates: with --sample, N samples (e.g. --sample --sample-topp 0.9 "
-                             "--mbr 16); without, the beam's N best (N <= --beam). With --scores the score is that "
-                             "mean utility (0-100). Costs N samples per line plus N^2 utility pairs (about 4 ms "
-                             "per line at N=16)")
-    parser.add_argument("--mbr-utility", choices=("chrf", "bleu"), default=None,
-                        help="with --mbr: the utility, sentence chrF (default) or sentence BLEU (sacreBLEU's "
-                             "sentence_bleu: 13a tokens, exp smoothing)")
+    add_mbr_arguments(parser)
     parser.add_argument("--n-best", type=int, default=1, metavar="N",
                         help="write the N best translations of each line (N <= the beam size), best first, "
                              "one per output line as 'LINE ||| translation ||| score' (LINE: the input line's "

@@ -26,12 +26,13 @@ tft score does all of this for translation files, without a model.
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from tf_transformer.cli.decode import RULES, add_decode_arguments
+    from tf_transformer.cli.decode import RULES, add_decode_arguments, add_mbr_arguments
 
     parser.epilog = METRICS_HELP + "\n" + RULES + (
         "\nexamples:\n  tft evaluate --model runs/m30k --split test      # the run's vocab.model and config.yaml\n"
         "  tft evaluate --model runs/m30k/averaged.keras --source test.en --reference test.de\n")
     add_decode_arguments(parser)
+    add_mbr_arguments(parser, samples=False)
     parser.add_argument("--split", choices=("test", "valid"), default=None,
                         help="score this split of the config's data (default: test, unless --source is given)")
     parser.add_argument("--source", default=None, help="source file, one sentence per line (with --reference)")
@@ -79,7 +80,7 @@ def load_pairs(args, cfg):
 
 def run(args: argparse.Namespace) -> int:
     from tf_transformer.cli._common import check_output_file, write_output_text
-    from tf_transformer.cli.decode import build_translator, decode_settings, describe
+    from tf_transformer.cli.decode import build_translator, decode_settings, settings
     from tf_transformer.decoding.translator import ProgressBar
     from tf_transformer.evaluation.bleu import (
         empty_outputs,
@@ -137,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         scores = evaluate_translations(hyps, refs, lang=lang)
     degenerate = degenerate_outputs(hyps, sources)
-    print(f"# {what}: {len(sources):,} sentences, {describe(decode, args.engine)}")
+    print(f"# {what}: {len(sources):,} sentences, {settings(decode, args, translator)}")
     for line in format_scores(scores):
         print(line)
     print(degenerate.line())
@@ -166,7 +167,9 @@ def run(args: argparse.Namespace) -> int:
             "data": what,
             "sentences": len(sources),
             "decode": {"beam_size": decode.beam_size, "alpha": decode.alpha,
-                       "max_extra_length": decode.max_extra_length, "stop_rule": decode.stop_rule},
+                       "max_extra_length": decode.max_extra_length, "stop_rule": decode.stop_rule,
+                       "mbr": None if args.mbr is None else {"candidates": args.mbr,
+                                                             "utility": args.mbr_utility or "chrf"}},
             "model": args.model,
             "seconds": round(seconds, 2),
             "degenerate": degenerate.as_dict(),
@@ -181,5 +184,5 @@ def run(args: argparse.Namespace) -> int:
         wrote.append(f"scores to {args.json}")
     where = "; wrote " + " and ".join(wrote) if wrote else ""
     print(f"tft evaluate: sacreBLEU {scores['sacrebleu'].score:.2f} on {len(sources):,} sentences of {what} "
-          f"({describe(decode, args.engine)}, {seconds:.1f} s){where}", file=sys.stderr)
+          f"({settings(decode, args, translator)}, {seconds:.1f} s){where}", file=sys.stderr)
     return 0

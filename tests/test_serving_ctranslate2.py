@@ -179,6 +179,21 @@ def test_n_best_lists_and_sampling_on_ctranslate2(exported, tiny, sources):
         CT2Translator(exported, tok, beam_size=4, sample=True)
 
 
+def test_mbr_on_ctranslate2_chooses_among_its_n_best_lists(exported, tiny):
+    """MBRTranslator over CT2Translator: per sentence, mbr_choose's pick from CTranslate2's own
+    3-best list (texts), and its expected utility as the score."""
+    from tf_transformer.evaluation.mbr import MBRTranslator, mbr_choose
+
+    model, tok = tiny
+    texts = toy_sentences(40, seed=13)
+    lists, _, _ = CT2Translator(exported, tok, beam_size=3, alpha=0.0, n_best=3).translate(texts)
+    chosen, scores, _ = MBRTranslator(CT2Translator(exported, tok, beam_size=3, alpha=0.0, n_best=3),
+                                      "bleu").translate(texts)
+    assert chosen == [c[mbr_choose(c, "bleu")[0]] for c in lists]
+    np.testing.assert_allclose(scores, [mbr_choose(c, "bleu")[1] for c in lists])
+    assert sum(c[0] != x for c, x in zip(lists, chosen)) >= 1  # not always the 1-best
+
+
 def test_both_translators_share_the_batching(exported, tiny, monkeypatch):
     """Translator and CT2Translator decode through the one decode_in_batches/translate_texts
     (tf_transformer.decoding.batches), each with its own decode_batch."""

@@ -98,6 +98,7 @@ def test_mbr_translator_writes_the_chosen_candidate_and_its_expected_utility():
     assert outputs == ["a dog runs", "", "ein mann"] and stats == "stats"
     assert scores[0] == pytest.approx(mbr_choose(lists["x"])[1]) and scores[1] == 0.0
     assert mbr.limit == 64 and mbr.n_best == 3  # the wrapped translator's
+    assert not hasattr(mbr, "translate_ids")  # ids would bypass the choice
     one = _Lists(lists)
     one.n_best = 1
     with pytest.raises(ValueError, match="needs n_best >= 2"):

@@ -120,17 +120,19 @@ UTILITIES: dict[str, Callable[[Sequence[str], Sequence[str]], np.ndarray]] = {"c
                                                                               "bleu": bleu_matrix}
 
 
+def _check_utility(utility: str) -> None:
+    if utility not in UTILITIES:
+        raise ValueError(f"utility={utility!r}: one of {', '.join(sorted(UTILITIES))}")
+
+
 def mbr_choose(candidates: Sequence[str], utility: str = "chrf") -> tuple[int, float]:
     """``(index, expected utility)`` of the MBR choice among one sentence's ``candidates`` (the
     candidates also serving as the pseudo-references; see the module docstring). An empty list
     gives ``(-1, nan)``."""
-    if utility not in UTILITIES:
-        raise ValueError(f"utility={utility!r}: one of {', '.join(sorted(UTILITIES))}")
+    _check_utility(utility)
     if not candidates:
         return -1, float("nan")
-    distinct = list(dict.fromkeys(candidates))  # first appearance order
-    if len(distinct) == 1:
-        return 0, float(UTILITIES[utility](distinct, distinct)[0, 0])
+    distinct = list(dict.fromkeys(candidates))  # first appearance order; each scored once
     weight = Counter(candidates)
     weights = np.array([weight[c] for c in distinct], np.float64) / len(candidates)
     expected = UTILITIES[utility](distinct, distinct) @ weights
@@ -142,17 +144,19 @@ class MBRTranslator:
     """A translator (``Translator``, ``CT2Translator``) made to write one translation per
     sentence chosen by MBR among the ``n_best`` candidates it gives (samples, with its
     ``sample``; or its n-best lists): ``translate`` returns the chosen translations and, as
-    scores, their expected utilities (0-100). Other attributes are the wrapped translator's."""
+    scores, their expected utilities (0-100). Other attributes are the wrapped translator's
+    (``score`` included); ``translate_ids`` is not offered (the utilities compare texts)."""
 
     def __init__(self, translator, utility: str = "chrf"):
-        if utility not in UTILITIES:
-            raise ValueError(f"utility={utility!r}: one of {', '.join(sorted(UTILITIES))}")
+        _check_utility(utility)
         if getattr(translator, "n_best", 1) < 2:
             raise ValueError("MBR chooses among several candidates: the translator needs n_best >= 2")
         self.translator = translator
         self.utility = utility
 
     def __getattr__(self, name):
+        if name in ("translator", "translate_ids"):  # not set yet (copying, unpickling), or not offered
+            raise AttributeError(name)
         return getattr(self.translator, name)
 
     def translate(self, texts: Sequence[str], progress=None):

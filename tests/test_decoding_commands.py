@@ -426,6 +426,33 @@ def test_n_best_lists_start_with_the_one_best_translation(tiny, assets, tmp_path
     assert "--n-best 3: must be between 1 and the beam size (2; --beam)" in capsys.readouterr().err
 
 
+def test_epsilon_sampling_from_the_command_line(tiny, assets, tmp_path, capsys):
+    """tft translate --sample --sample-epsilon E writes what Translator(epsilon=E) samples; a cut
+    above every probability leaves the most probable token: greedy's outputs whatever the seed;
+    the flag is checked (range, --sample, CTranslate2)."""
+    from tf_transformer.cli import main
+
+    texts = toy_sentences(10, seed=17)
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(texts) + "\n")
+    flags = ["translate", "--model", assets[0], "--vocab", assets[1], "--input", str(src), "--max-extra-len", "8",
+             "--quiet"]
+    assert main([*flags, "--sample", "--seed", "2", "--sample-epsilon", "0.05", "--output", str(tmp_path / "e")]) == 0
+    want = Translator(*tiny, beam_size=1, max_extra_length=8, sample=True, seed=2, epsilon=0.05).translate(texts)[0]
+    assert (tmp_path / "e").read_text().splitlines() == want
+    assert "of probability >= 0.05" in capsys.readouterr().err
+    greedy = Translator(*tiny, beam_size=1, max_extra_length=8).translate(texts)[0]
+    for seed in (1, 2):
+        assert Translator(*tiny, beam_size=1, max_extra_length=8, sample=True, seed=seed,
+                          epsilon=0.99).translate(texts)[0] == greedy
+    for bad, message in ((["--sample-epsilon", "0.1"], "--sample-epsilon: applies to --sample only"),
+                         (["--sample", "--sample-epsilon", "1"], "--sample-epsilon 1: must be >= 0 and < 1"),
+                         (["--sample", "--sample-epsilon", "0.1", "--engine", "ctranslate2", "--model", "x"],
+                          "--sample-epsilon: CTranslate2's sampler has no epsilon cut")):
+        assert main([*flags, *bad]) == 2
+        assert message in capsys.readouterr().err
+
+
 def test_sampling_is_seeded_and_its_flags_are_checked(tiny, assets, tmp_path, capsys):
     """Translator(sample=True): the same seed gives the same translations, another seed others;
     a near-zero temperature gives the greedy ones; tft translate --sample likewise, and the

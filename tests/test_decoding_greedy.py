@@ -79,29 +79,36 @@ def nucleus(probs, top_p):
     return order[before < top_p]
 
 
-@pytest.mark.parametrize("top_k, temperature, top_p", [
-    (0, 1.0, 1.0), (0, 0.5, 1.0), (2, 1.0, 1.0), (2, 2.0, 1.0),
+@pytest.mark.parametrize("top_k, temperature, top_p, epsilon", [
+    (0, 1.0, 1.0, 0), (0, 0.5, 1.0, 0), (2, 1.0, 1.0, 0), (2, 2.0, 1.0, 0),
     # nucleus: probabilities 0.51 (4), 0.31 (5), 0.19 (EOS) at T 1; 0.67, 0.25, 0.09 at T 0.5
-    (0, 1.0, 0.5), (0, 1.0, 0.6), (0, 1.0, 0.9), (0, 0.5, 0.8), (2, 1.0, 0.3)])
-def test_sampling_draws_from_the_tempered_top_k_distribution(top_k, temperature, top_p):
+    (0, 1.0, 0.5, 0), (0, 1.0, 0.6, 0), (0, 1.0, 0.9, 0), (0, 0.5, 0.8, 0), (2, 1.0, 0.3, 0),
+    # epsilon: EOS (0.19) cut at 0.2; at T 0.5 EOS (0.09) at 0.1; of the top 2 (0.62, 0.38), 5 at
+    # 0.4; above every probability, the most probable stays; then a nucleus of what is left
+    (0, 1.0, 1.0, 0.2), (0, 0.5, 1.0, 0.1), (2, 1.0, 1.0, 0.4), (0, 1.0, 1.0, 0.9), (0, 1.0, 0.55, 0.2)])
+def test_sampling_draws_from_the_tempered_top_k_distribution(top_k, temperature, top_p, epsilon):
     """20,000 first tokens drawn in one batch: their frequencies are softmax(logits / T) over
-    the top_k tokens and, of those, the top_p nucleus (a NumPy reference; within 4 standard
-    errors); the score is the model's own log-probability of what was drawn (temperature 1,
-    whole vocabulary); the same seed draws the same tokens, another seed others; BOS is never
-    drawn."""
+    the top_k tokens, of those the ones of probability at least epsilon (the most probable
+    always) and, of those, the top_p nucleus (a NumPy reference; within 4 standard errors); the
+    score is the model's own log-probability of what was drawn (temperature 1, whole
+    vocabulary); the same seed draws the same tokens, another seed others; BOS is never drawn."""
     table, logits = first_token_table()
     fn = lambda ids, step, cache: (tf.gather(table, ids[:, step]), cache)  # noqa: E731
     n = 20_000
     run = lambda seed: greedy_search(fn, tf.fill([n], BOS), {}, max_decode_length=3, eos_id=EOS,  # noqa: E731
                                      never_ids=(PAD, BOS), sample=True, top_k=top_k, temperature=temperature,
-                                     seed=seed, top_p=top_p)
+                                     seed=seed, top_p=top_p, epsilon=epsilon)
     ids, scores = run((7, 0))
     first = ids.numpy()[:, 1]
     want = np.zeros(6)
     allowed = np.argsort(-logits)[: top_k or 6]
+    probs = softmax(logits[allowed] / temperature)
+    allowed = allowed[(probs >= epsilon) | (probs == probs.max())]
     allowed = allowed[nucleus(softmax(logits[allowed] / temperature), top_p)]
     want[allowed] = softmax(logits[allowed] / temperature)
-    assert len(allowed) == {0.5: 1, 0.6: 2, 0.9: 3, 0.8: 2, 0.3: 1}.get(top_p, top_k or 6)  # the cases above
+    cases = {(1.0, 0): top_k or 6, (0.5, 0): 1, (0.6, 0): 2, (0.9, 0): 3, (0.8, 0): 2, (0.3, 0): 1, (1.0, 0.2): 2,
+             (1.0, 0.1): 2, (1.0, 0.4): 1, (1.0, 0.9): 1, (0.55, 0.2): 1}  # 0.55: 4 is 0.62 of {4, 5}
+    assert len(allowed) == cases[(top_p, epsilon)]  # the cases above
     got = np.bincount(first, minlength=6) / n
     np.testing.assert_allclose(got, want, atol=4 * np.sqrt(0.25 / n))
     assert set(np.unique(first)) <= set(allowed.tolist()) and BOS not in first
@@ -208,3 +215,6 @@ def test_sampling_settings_are_checked():
     for top_p in (0, 1.5):
         with pytest.raises(ValueError, match=f"top_p={top_p}: must be in"):
             greedy_search(fn, tf.constant([BOS]), {}, 3, EOS, sample=True, top_p=top_p)
+    for epsilon in (-0.1, 1.0):
+        with pytest.raises(ValueError, match=f"epsilon={epsilon}: must be in"):
+            greedy_search(fn, tf.constant([BOS]), {}, 3, EOS, sample=True, epsilon=epsilon)

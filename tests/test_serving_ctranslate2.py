@@ -177,6 +177,8 @@ def test_n_best_lists_and_sampling_on_ctranslate2(exported, tiny, sources):
     assert sum(x != y for x, y in zip(draw(1, top_p=0.5), first)) >= 1
     with pytest.raises(UserError, match="sample=True draws one token at a time"):
         CT2Translator(exported, tok, beam_size=4, sample=True)
+    with pytest.raises(UserError, match="epsilon=0.02: CTranslate2's sampler has no epsilon cut"):
+        CT2Translator(exported, tok, beam_size=1, sample=True, epsilon=0.02)
 
 
 def test_mbr_on_ctranslate2_chooses_among_its_n_best_lists(exported, tiny):

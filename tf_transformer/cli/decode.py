@@ -183,7 +183,8 @@ def sampling_settings(args, decode) -> dict:
     not ignored);
     ``--sample`` decodes with one beam, so it sets ``decode.beam_size`` to 1."""
     given = [flag for flag, name in (("--sample-topk", "sample_topk"), ("--sample-topp", "sample_topp"),
-                                     ("--temperature", "temperature"), ("--seed", "seed"))
+                                     ("--sample-epsilon", "sample_epsilon"), ("--temperature", "temperature"),
+                                     ("--seed", "seed"))
              if getattr(args, name, None) is not None]
     if not getattr(args, "sample", False):
         if given:
@@ -194,15 +195,20 @@ def sampling_settings(args, decode) -> dict:
                         "samples per line give --n-best N")
     top_k = 0 if args.sample_topk is None else args.sample_topk
     top_p = 1.0 if args.sample_topp is None else args.sample_topp
+    epsilon = 0.0 if args.sample_epsilon is None else args.sample_epsilon
     temperature = 1.0 if args.temperature is None else args.temperature
     if top_k < 0:
         raise UserError(f"--sample-topk {top_k}: must be >= 0 (0: the whole vocabulary)")
     if not 0 < top_p <= 1:
         raise UserError(f"--sample-topp {top_p:g}: must be > 0 and <= 1 (1: no nucleus)")
+    if not 0 <= epsilon < 1:
+        raise UserError(f"--sample-epsilon {epsilon:g}: must be >= 0 and < 1 (0: no cut)")
     if not temperature > 0:
         raise UserError(f"--temperature {temperature:g}: must be > 0")
+    if epsilon and getattr(args, "engine", "tensorflow") == "ctranslate2":
+        raise UserError("--sample-epsilon: CTranslate2's sampler has no epsilon cut; leave out --engine ctranslate2")
     decode.beam_size = 1
-    return dict(sample=True, top_k=top_k, top_p=top_p, temperature=temperature,
+    return dict(sample=True, top_k=top_k, top_p=top_p, temperature=temperature, epsilon=epsilon,
                 seed=0 if args.seed is None else args.seed)
 
 
@@ -296,6 +302,8 @@ def describe(decode, engine: str = "tensorflow", sampling=None) -> str:
     ``sampling``: a :class:`Translator`'s :class:`tf_transformer.decoding.batches.Sampling`)."""
     if sampling is not None:
         among = f"the top {sampling.top_k}" if sampling.top_k else "all tokens"
+        if sampling.epsilon > 0:
+            among += f" of probability >= {sampling.epsilon:g}"
         if sampling.top_p < 1:
             among += f" (nucleus {sampling.top_p:g})"
         return (f"sampling from {among}, temperature {sampling.temperature:g}, seed {sampling.seed}, "
@@ -378,6 +386,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="with --sample: nucleus sampling (Holtzman et al., 2020): draw from the fewest most "
                              "probable tokens whose probabilities sum to at least P, 0 < P <= 1 (default 1: from "
                              "all); applied after --temperature and --sample-topk")
+    parser.add_argument("--sample-epsilon", type=float, default=None, metavar="E",
+                        help="with --sample: epsilon sampling (Hewitt et al., 2022): draw only from tokens of "
+                             "probability at least E (the most probable always), 0 <= E < 1 (default 0: from all); "
+                             "applied after --temperature and --sample-topk, before --sample-topp. E = 0.02 with "
+                             "--mbr is Freitag et al. (2023)'s choice for MBR candidates. Not with --engine "
+                             "ctranslate2")
     parser.add_argument("--temperature", type=float, default=None, metavar="T",
                         help="with --sample: divide the log-probabilities by T before drawing (default 1: the "
                              "model's own distribution; below 1 sharper, above 1 flatter)")

@@ -28,13 +28,16 @@ DecodeBatch = Callable[[list[list[int]]], Iterable[tuple[Iterable[int], float]]]
 
 class Sampling(NamedTuple):
     """How a sampling translator draws each token: from the ``top_k`` most probable tokens
-    (0: all), then from the smallest set of those whose probabilities sum to at least
-    ``top_p`` (nucleus sampling; 1: all of them), at ``temperature``, seeded by ``seed``."""
+    (0: all), of those the ones of probability at least ``epsilon`` (epsilon sampling; 0: all;
+    the most probable always), then from the smallest set of those whose probabilities sum to
+    at least ``top_p`` (nucleus sampling; 1: all of them), at ``temperature``, seeded by
+    ``seed``."""
 
     top_k: int = 0
     top_p: float = 1.0
     temperature: float = 1.0
     seed: int = 0
+    epsilon: float = 0.0
 
 
 @dataclasses.dataclass
@@ -74,12 +77,12 @@ def check_decode_settings(beam_size: int, alpha: float, max_extra_length: int, b
 
 
 def check_search_kind(beam_size: int, n_best: int, sample: bool, top_k: int = 0, temperature: float = 1.0,
-                      seed: int = 0, top_p: float = 1.0) -> Sampling | None:
+                      seed: int = 0, top_p: float = 1.0, epsilon: float = 0.0) -> Sampling | None:
     """A translator's ``n_best`` and sampling arguments checked (a :class:`UserError` naming them
     otherwise): an n-best list needs as many beams (with ``sample``, ``n_best`` is the number
     of samples per sentence, any >= 1); sampling draws one token at a time (``beam_size=1``),
-    at ``temperature > 0``, from ``top_k >= 0`` tokens and a nucleus ``0 < top_p <= 1``.
-    Returns the :class:`Sampling` (``None`` without ``sample``)."""
+    at ``temperature > 0``, from ``top_k >= 0`` tokens, ``0 <= epsilon < 1`` and a nucleus
+    ``0 < top_p <= 1``. Returns the :class:`Sampling` (``None`` without ``sample``)."""
     if sample and n_best < 1:
         raise UserError(f"n_best={n_best}: the number of samples per sentence must be >= 1")
     if not sample and not 1 <= n_best <= beam_size:
@@ -95,7 +98,10 @@ def check_search_kind(beam_size: int, n_best: int, sample: bool, top_k: int = 0,
     if not 0 < top_p <= 1:
         raise UserError(f"top_p={top_p}: sampling needs 0 < top_p <= 1 (the probability mass of the nucleus "
                         "drawn from; 1: every token)")
-    return Sampling(int(top_k), float(top_p), float(temperature), int(seed))
+    if not 0 <= epsilon < 1:
+        raise UserError(f"epsilon={epsilon}: sampling needs 0 <= epsilon < 1 (the least probability of a token "
+                        "drawn from; 0: every token)")
+    return Sampling(int(top_k), float(top_p), float(temperature), int(seed), float(epsilon))
 
 
 def decode_in_batches(sources: Sequence[Sequence[int]], limit: int, batch_size: int, decode_batch: DecodeBatch,

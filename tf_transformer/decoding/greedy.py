@@ -13,7 +13,10 @@ probable tokens only (0: all), and of those from the nucleus of ``top_p`` (the f
 probable tokens whose probabilities, renormalised, sum to at least ``top_p``; Holtzman et al.,
 2020, "The Curious Case of Neural Text Degeneration"; 1: all), at ``temperature`` (the
 log-probabilities divided by it before renormalising, and before ``top_k`` and ``top_p`` pick
-the tokens; 1: the model's own distribution). Tokens tied with the nucleus's least probable
+the tokens; 1: the model's own distribution). ``epsilon`` (epsilon sampling; Hewitt et al.,
+2022, "Truncation Sampling as Language Model Desmoothing"; 0: none) drops the tokens of
+probability below it (renormalised over the ``top_k``; the most probable token is always kept)
+before the nucleus is taken. Tokens tied with the nucleus's least probable
 one are kept with it. The returned score is the model's log-probability of the drawn tokens
 (at temperature 1, over the whole vocabulary), as for greedy decoding.
 
@@ -52,6 +55,7 @@ def greedy_search(
     temperature: float = 1.0,
     seed=(0, 0),
     top_p: float = 1.0,
+    epsilon: float = 0.0,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Pick the most probable token at every step (or draw one: ``sample``) until EOS or the
     maximum length.
@@ -77,6 +81,8 @@ def greedy_search(
       temperature: with ``sample``, divide the log-probabilities by it before drawing (> 0).
       top_p: with ``sample``, draw from the nucleus of this probability mass (``0 < top_p <= 1``;
         1: from all the ``top_k``).
+      epsilon: with ``sample``, draw only from tokens of probability at least this (``0 <=
+        epsilon < 1``; the most probable always; 0: all), applied before ``top_p``.
       seed: with ``sample``, the rows' seed pairs: int ``[batch, 2]`` (e.g. from
         :func:`sentence_seeds`), or one pair ``[2]`` (two integers) from which row ``r`` gets
         ``(seed[0], seed[1] + r)``.
@@ -92,6 +98,8 @@ def greedy_search(
         raise ValueError(f"top_k={top_k}: must be >= 0 (0: the whole vocabulary)")
     if sample and not 0 < top_p <= 1:
         raise ValueError(f"top_p={top_p}: must be in (0, 1] (1: no nucleus)")
+    if sample and not 0 <= epsilon < 1:
+        raise ValueError(f"epsilon={epsilon}: must be in [0, 1) (0: no cut)")
     initial_ids = tf.cast(tf.convert_to_tensor(initial_ids), tf.int32)
     static_batch = initial_ids.shape[0]
     batch = static_batch if static_batch is not None else tf.shape(initial_ids)[0]
@@ -119,7 +127,7 @@ def greedy_search(
         logits, cache = _call(symbols_to_logits_fn, ids, i, cache, sentence_cache if has_sentence_cache else None)
         log_probs = never_written(tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1), never_ids)
         if sample:
-            token = _draw(log_probs, top_k, temperature, _step_keys(tf.gather(row_keys, rows), i), top_p)
+            token = _draw(log_probs, top_k, temperature, _step_keys(tf.gather(row_keys, rows), i), top_p, epsilon)
         else:
             token = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         token_log_prob = tf.gather(log_probs, token, batch_dims=1)
@@ -158,25 +166,37 @@ def greedy_search(
     return _store(tf.ones_like(rows, tf.bool), rows, ids, scores, out_ids, out_scores)
 
 
-def _draw(log_probs, top_k: int, temperature: float, keys, top_p: float = 1.0):
+def _draw(log_probs, top_k: int, temperature: float, keys, top_p: float = 1.0, epsilon: float = 0.0):
     """One token per row drawn from ``softmax(log_probs / temperature)`` restricted to the
     row's ``top_k`` most probable tokens (0: all; ties broken toward the lower id, as
-    ``tf.math.top_k`` does) and to the nucleus of ``top_p`` among them (1: all): the
-    Gumbel-max trick, ``argmax(x + g)``, with each row's noise ``g`` from its own key
-    (:func:`_gumbel_noise`; int32 ``keys [batch]``)."""
+    ``tf.math.top_k`` does), of those to the ones of probability at least ``epsilon`` (0: all)
+    and to the nucleus of ``top_p`` among them (1: all): the Gumbel-max trick, ``argmax(x +
+    g)``, with each row's noise ``g`` from its own key (:func:`_gumbel_noise`; int32 ``keys
+    [batch]``)."""
     scaled = log_probs / temperature
     vocab = log_probs.shape[-1]
-    never = tf.constant(float("-inf"), scaled.dtype)
     if top_k and (vocab is None or top_k < vocab):
         values, ids = tf.math.top_k(scaled, k=top_k)
-        if top_p < 1:
-            values = tf.where(values < _nucleus_floor(values, top_p), never, values)
+        values = _truncated(values, top_p, epsilon)
         pick = tf.argmax(values + _gumbel_noise(keys, ids), axis=-1, output_type=tf.int32)
         return tf.gather(ids, pick, batch_dims=1)
-    if top_p < 1:
-        scaled = tf.where(scaled < _nucleus_floor(scaled, top_p), never, scaled)
+    scaled = _truncated(scaled, top_p, epsilon)
     tokens = tf.range(tf.shape(scaled)[-1], dtype=tf.int32)[None, :]
     return tf.argmax(scaled + _gumbel_noise(keys, tokens), axis=-1, output_type=tf.int32)
+
+
+def _truncated(scaled, top_p: float, epsilon: float):
+    """``scaled`` (unnormalised log-probabilities ``[batch, n]``) with the tokens outside the
+    cut set to -inf: those of probability below ``epsilon`` (but the most probable), then
+    those outside the nucleus of ``top_p`` of what is left."""
+    never = tf.constant(float("-inf"), scaled.dtype)
+    if epsilon > 0:
+        top = tf.reduce_max(scaled, axis=-1, keepdims=True)
+        keep = (tf.nn.softmax(scaled, axis=-1) >= epsilon) | (scaled >= top)
+        scaled = tf.where(keep, scaled, never)
+    if top_p < 1:
+        scaled = tf.where(scaled < _nucleus_floor(scaled, top_p), never, scaled)
+    return scaled
 
 
 def _gumbel_noise(keys, tokens):

@@ -210,7 +210,7 @@ def translate_batch(
       n_best (with ``sampling``): samples per sentence, each drawn with random numbers of its
         own (the first as with ``n_best=1``); returned as an n-best list, in the order drawn.
       sampling: a :class:`tf_transformer.decoding.batches.Sampling` (``top_k``, ``top_p``,
-        ``temperature``, ``seed``): draw each token instead of searching
+        ``temperature``, ``seed``, ``epsilon``): draw each token instead of searching
         (``beam_size`` must be 1; see :mod:`tf_transformer.decoding.greedy`). Each
         sentence's random numbers are seeded by ``seed`` and its own source ids
         (:func:`tf_transformer.decoding.greedy.sentence_seeds`), so a sentence samples the same
@@ -267,7 +267,7 @@ def translate_batch(
         draw = {}
         if sampling is not None:
             draw = dict(sample=True, top_k=int(sampling.top_k), top_p=float(sampling.top_p),
-                        temperature=float(sampling.temperature),
+                        temperature=float(sampling.temperature), epsilon=float(sampling.epsilon),
                         seed=sentence_seeds(source_ids, int(sampling.seed), pad_id, copies=samples))
         ids, scores = greedy_search(fn, initial_ids, cache, max_decode_length, eos_id,
                                     max_lengths=max_lengths, pad_id=pad_id, sentence_cache=sentence,

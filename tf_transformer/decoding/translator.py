@@ -181,9 +181,10 @@ class Translator:
         per sentence (any number), in the order drawn, each with random numbers of its own
         (the first is what ``n_best=1`` samples); a batch of ``batch_size`` sentences then
         decodes ``batch_size * n_best`` rows.
-      sample, top_k, top_p, temperature, seed: draw each token from the model's distribution
-        instead of searching (``beam_size=1``), from the ``top_k`` most probable (0: all) and
-        of those the nucleus of probability ``top_p`` (1: all), at ``temperature``, seeded by
+      sample, top_k, epsilon, top_p, temperature, seed: draw each token from the model's
+        distribution instead of searching (``beam_size=1``), from the ``top_k`` most probable
+        (0: all), of those the ones of probability at least ``epsilon`` (0: all) and of those the
+        nucleus of probability ``top_p`` (1: all), at ``temperature``, seeded by
         ``seed``, for back-translation. A sentence's draws depend on its source ids and
         ``seed`` only: the same in any batch, ``batch_size`` or ``workers`` (and the same for
         a sentence given twice). See :mod:`tf_transformer.decoding.greedy`.
@@ -203,7 +204,7 @@ class Translator:
     def __init__(self, model, tokenizer, beam_size: int = 4, alpha: float = 0.6, max_extra_length: int = 50,
                  batch_size: int = 64, jit_compile: bool = False, cached: bool = True, workers: int = 1,
                  stop_rule: str = "bound", n_best: int = 1, sample: bool = False, top_k: int = 0,
-                 temperature: float = 1.0, seed: int = 0, top_p: float = 1.0):
+                 temperature: float = 1.0, seed: int = 0, top_p: float = 1.0, epsilon: float = 0.0):
         import tensorflow as tf
 
         from tf_transformer.decoding.model_fns import model_limit, score_batch, translate_batch
@@ -214,7 +215,8 @@ class Translator:
         batches.check_stop_rule(stop_rule)
         if workers < 1:
             raise UserError(f"workers={workers}: must be >= 1")
-        self.sampling = batches.check_search_kind(beam_size, n_best, sample, top_k, temperature, seed, top_p)
+        self.sampling = batches.check_search_kind(beam_size, n_best, sample, top_k, temperature, seed, top_p,
+                                                  epsilon)
         self.n_best = int(n_best)
         self.workers = int(workers)
         self.model = model

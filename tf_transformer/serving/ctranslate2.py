@@ -308,7 +308,8 @@ class CT2Translator:
       threads: CPU threads of the one CTranslate2 worker (0: CTranslate2's default).
       compute_type: CTranslate2's ``compute_type`` (``"default"``: the exported weight type).
       device: ``"cpu"`` or ``"cuda"``.
-      n_best, sample, top_k, top_p, temperature, seed: as for ``Translator`` (n-best lists, and
+      n_best, sample, top_k, top_p, temperature, seed: as for ``Translator`` (``epsilon`` > 0 is
+        refused: CTranslate2 has no such cut; n-best lists, and
         ``n_best`` samples, from CTranslate2's ``num_hypotheses``: its samples come sorted by
         score, not in the order drawn; sampling from its own random sampler, seeded with
         ``ctranslate2.set_random_seed(seed)`` before each call: reproducible for the same input
@@ -328,10 +329,15 @@ class CT2Translator:
     def __init__(self, model_dir, tokenizer=None, beam_size: int = 4, alpha: float = 0.6,
                  max_extra_length: int = 50, batch_size: int = 64, threads: int = 0,
                  compute_type: str = "default", device: str = "cpu", n_best: int = 1, sample: bool = False,
-                 top_k: int = 0, temperature: float = 1.0, seed: int = 0, top_p: float = 1.0):
+                 top_k: int = 0, temperature: float = 1.0, seed: int = 0, top_p: float = 1.0,
+                 epsilon: float = 0.0):
         ctranslate2 = require_ctranslate2("--engine ctranslate2")
         batches.check_decode_settings(beam_size, alpha, max_extra_length, batch_size)
-        self.sampling = batches.check_search_kind(beam_size, n_best, sample, top_k, temperature, seed, top_p)
+        self.sampling = batches.check_search_kind(beam_size, n_best, sample, top_k, temperature, seed, top_p,
+                                                  epsilon)
+        if self.sampling is not None and self.sampling.epsilon > 0:
+            raise UserError(f"epsilon={epsilon}: CTranslate2's sampler has no epsilon cut; sample with "
+                            "--engine tensorflow for it")
         self.n_best = int(n_best)
         self._set_seed = ctranslate2.set_random_seed
         if threads < 0:

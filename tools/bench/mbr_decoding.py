@@ -12,8 +12,9 @@ Rows, each on every split of ``--splits`` (choose on valid, report test), batche
 1. beam ``--beam`` at each of ``--alphas`` (the 1-best search);
 2. MBR by each of ``--utilities`` (sentence chrF, sentence BLEU) among the beam's ``--beam``
    best (at the first alpha);
-3. the same among ``--samples`` samples from all tokens, and from the nucleus of 0.9 (seed 1);
-4. the oracle of row 3's first setting: each line's sample of the highest chrF against its own
+3. the same among ``--samples`` samples (seed 1) of each ``--sampling``: from all tokens, from
+   the nucleus of 0.9, and of probability at least 0.02 (epsilon sampling);
+4. the oracle of the samples from all tokens: each line's sample of the highest chrF against its own
    reference (an upper bound of what choosing among those samples could give, not a system).
 
 Each row: sacreBLEU, lowercased Moses-tokenized BLEU, chrF2, the length ratio, seconds (decoding
@@ -33,6 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from decode_throughput import load, machine, model_parser, parse_model_arguments  # noqa: E402
 
+#: The sampled candidates: all tokens, the nucleus of 0.9, epsilon 0.02 (Freitag et al., 2023).
+SAMPLING = {"all": ("all tokens", {}), "nucleus": ("nucleus 0.9", {"top_p": 0.9}),
+            "epsilon": ("epsilon 0.02", {"epsilon": 0.02})}
+
 
 def main(argv=None) -> int:
     p = model_parser(__doc__)
@@ -41,6 +46,8 @@ def main(argv=None) -> int:
     p.add_argument("--alphas", type=float, nargs="+", default=[0.6, 1.4])
     p.add_argument("--samples", type=int, default=16)
     p.add_argument("--utilities", nargs="+", default=["chrf", "bleu"], choices=["chrf", "bleu"])
+    p.add_argument("--sampling", nargs="+", default=list(SAMPLING), choices=list(SAMPLING),
+                   help="which samples to choose among (default: all three)")
     p.add_argument("--json", help="write the figures here")
     args = parse_model_arguments(p, argv)
 
@@ -94,10 +101,10 @@ def main(argv=None) -> int:
             scored(f"beam {args.beam}, alpha {alpha:g}", outputs, time.perf_counter() - start)
         mbr_row(f"MBR among the beam's {args.beam} best (alpha {args.alphas[0]:g})",
                 make(beam_size=args.beam, alpha=args.alphas[0], n_best=args.beam))
-        mbr_row(f"MBR among {args.samples} samples (all tokens)",
-                make(beam_size=1, sample=True, seed=1, n_best=args.samples), oracle=True)
-        mbr_row(f"MBR among {args.samples} samples (nucleus 0.9)",
-                make(beam_size=1, sample=True, seed=1, top_p=0.9, n_best=args.samples))
+        for setting in args.sampling:
+            mbr_row(f"MBR among {args.samples} samples ({SAMPLING[setting][0]})",
+                    make(beam_size=1, sample=True, seed=1, n_best=args.samples, **SAMPLING[setting][1]),
+                    oracle=setting == "all")
     figures["machine"] = machine()
     splits = args.splits
     print(f"| row | {' | '.join(f'{s}: BLEU lc Moses / sacreBLEU / chrF2 / length' for s in splits)} | seconds "

@@ -385,7 +385,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sample-topp", type=float, default=None, metavar="P",
                         help="with --sample: nucleus sampling (Holtzman et al., 2020): draw from the fewest most "
                              "probable tokens whose probabilities sum to at least P, 0 < P <= 1 (default 1: from "
-                             "all); applied after --temperature and --sample-topk")
+                             "all); applied after --temperature, --sample-topk and --sample-epsilon")
     parser.add_argument("--sample-epsilon", type=float, default=None, metavar="E",
                         help="with --sample: epsilon sampling (Hewitt et al., 2022): draw only from tokens of "
                              "probability at least E (the most probable always), 0 <= E < 1 (default 0: from all); "

@@ -168,8 +168,8 @@ def run(args: argparse.Namespace) -> int:
             "sentences": len(sources),
             "decode": {"beam_size": decode.beam_size, "alpha": decode.alpha,
                        "max_extra_length": decode.max_extra_length, "stop_rule": decode.stop_rule,
-                       "mbr": None if args.mbr is None else {"candidates": args.mbr,
-                                                             "utility": args.mbr_utility or "chrf"}},
+                       "mbr": None if getattr(translator, "utility", None) is None  # an MBRTranslator's
+                       else {"candidates": translator.n_best, "utility": translator.utility}},
             "model": args.model,
             "seconds": round(seconds, 2),
             "degenerate": degenerate.as_dict(),

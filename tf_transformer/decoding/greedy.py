@@ -234,9 +234,9 @@ def _fused_uniform(keys, tokens):
     XLA compiles a kernel per shape (about 40 ms each): a batch whose size is known only when it
     runs (rows drop out as they finish) is padded to the next power of two, so that a decoding
     run compiles a handful of kernels, not one per batch size."""
-    rows = tf.shape(keys)[0]
     if keys.shape[0] is not None:
         return _uniform_xla(keys, tokens)
+    rows = tf.shape(keys)[0]
     padded = rows - 1  # the next power of two >= rows: smear the highest bit down, add one
     for bits in (1, 2, 4, 8, 16):
         padded = tf.bitwise.bitwise_or(padded, tf.bitwise.right_shift(padded, bits))

@@ -258,3 +258,80 @@ def test_table3_parameter_differences_match_the_paper(row):
     ours = (count_preset(row) - count_preset("base")) / 1e6
     paper = TABLE3[row][2] - TABLE3["base"][2]
     assert abs(ours - paper) <= 1.0, (row, ours, paper)
+
+
+def _word_dropped(model, ids, layer, training):
+    """Per token: whether ``embed`` zeroed its embedding (only the positions left), and the
+    embeddings themselves; ``dropout=0`` so that nothing else is random."""
+    x = np_(model.embed(ids, training=training, word_dropout=layer))
+    positions = np_(model.positions(ops.zeros((1, ids.shape[1], model.d_model))))[0]
+    table = np_(model.embedding(ids))
+    dropped = np.all(np.abs(x - positions) < 1e-6, axis=-1)
+    return dropped, x, positions, table
+
+
+def test_word_dropout_zeroes_whole_token_embeddings_in_training_only():
+    rate = 0.25
+    model = small_model(dropout=0.0, source_word_dropout=rate, target_word_dropout=0.5)
+    model.build()
+    ids = np.random.default_rng(3).integers(4, V, size=(64, 50)).astype("int32")
+    dropped, x, positions, table = _word_dropped(model, ids, model.source_word_drop, training=True)
+    # a kept token is its embedding scaled by 1 / (1 - rate), plus its position
+    kept = ~dropped
+    np.testing.assert_allclose(x[kept], (table / (1 - rate) + positions)[kept], rtol=1e-5, atol=1e-5)
+    n = dropped.size
+    assert abs(dropped.mean() - rate) < 4 * np.sqrt(rate * (1 - rate) / n)   # 3,200 tokens: +-0.03
+    # the target side has its own rate
+    assert abs(_word_dropped(model, ids, model.target_word_drop, True)[0].mean() - 0.5) < 0.04
+    # at inference (and in decoding) nothing is dropped or scaled: the model equals one without
+    src, tgt = batch()
+    plain = small_model(dropout=0.0)
+    plain.build()
+    plain.set_weights(model.get_weights())
+    np.testing.assert_array_equal(np_(model((src, tgt), training=False)), np_(plain((src, tgt), training=False)))
+    assert not _word_dropped(model, ids, model.source_word_drop, training=False)[0].any()
+
+
+def test_word_dropout_reaches_both_sides_of_a_training_pass():
+    src, tgt = batch(b=2, s=7, t=6)
+    src[0, 4:] = 5  # no padding: every position real
+    for side in ("source", "target"):
+        model = small_model(dropout=0.0, **{f"{side}_word_dropout": 0.5})
+        reference = small_model(dropout=0.0)
+        model.build()
+        reference.build()
+        reference.set_weights(model.get_weights())
+        outs = [np_(model((src, tgt), training=True)) for _ in range(3)]
+        # random in training (each call draws again), deterministic without it
+        assert not np.allclose(outs[0], outs[1]) or not np.allclose(outs[1], outs[2])
+        np.testing.assert_allclose(np_(model((src, tgt), training=False)),
+                                   np_(reference((src, tgt), training=True)), atol=1e-5)
+
+
+def test_word_dropout_config_round_trips_and_adds_seed_state_only_when_used(tmp_path):
+    model = small_model(source_word_dropout=0.1, target_word_dropout=0.2)
+    src, tgt = batch()
+    out = np_(model((src, tgt)))
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert (loaded.source_word_dropout, loaded.target_word_dropout) == (0.1, 0.2)
+    assert loaded.config.source_word_dropout == 0.1
+    np.testing.assert_array_equal(np_(loaded((src, tgt))), out)
+
+    from tf_transformer import compat
+    plain, used = small_model(), small_model(source_word_dropout=0.1)
+    plain.build()
+    used.build()
+    assert plain.source_word_drop is None and plain.target_word_drop is None
+    assert len(compat.seed_generator_states(used)) == len(compat.seed_generator_states(plain)) + 1
+    with pytest.raises(ValueError, match="source_word_dropout=1.0"):
+        small_model(source_word_dropout=1.0)
+
+
+def test_word_dropout_config_fields_are_checked():
+    from tf_transformer.config import ConfigError
+    with pytest.raises(ConfigError, match=r"model\.target_word_dropout=1\.5 must be in \[0, 1\)"):
+        load_config("multi30k_tiny", ["model.target_word_dropout=1.5"])
+    cfg = load_config("multi30k_tiny", ["model.source_word_dropout=0.1"])
+    model = Transformer.from_config_section(cfg.model)
+    assert model.source_word_dropout == 0.1 and model.target_word_dropout == 0.0

@@ -34,8 +34,8 @@ from tf_transformer.layers.encoder import Encoder
 
 MODEL_FIELDS = (
     "vocab_size", "d_model", "num_layers", "num_heads", "key_dim", "value_dim", "d_ff", "dropout",
-    "attention_dropout", "relu_dropout", "position_encoding", "max_length", "layer_norm_epsilon",
-    "attention_bias", "qkv_init_gain", "attention_init", "ffn_init", "pad_id",
+    "attention_dropout", "relu_dropout", "source_word_dropout", "target_word_dropout", "position_encoding",
+    "max_length", "layer_norm_epsilon", "attention_bias", "qkv_init_gain", "attention_init", "ffn_init", "pad_id",
 )
 
 
@@ -53,6 +53,11 @@ class Transformer(keras.Model):
         d_ff: FFN inner size.
         dropout: ``P_drop``: residual dropout and dropout on embeddings + positions.
         attention_dropout, relu_dropout: optional extra dropouts (0 in the paper).
+        source_word_dropout, target_word_dropout: word dropout (not in the paper; Sennrich
+            et al., WMT 2016; Sennrich and Zhang, ACL 2019): in training, each source (target
+            input) token's embedding is zeroed with this probability before the positions are
+            added, the kept ones scaled by ``1 / (1 - rate)``; the position and the padding
+            mask stay. 0 (the default) adds no layer.
         position_encoding: ``"sinusoidal"`` (the paper) or ``"learned"`` (Table 3 row E).
         max_length: positions of the learned table (unused by sinusoids).
         layer_norm_epsilon: LayerNorm epsilon.
@@ -76,6 +81,7 @@ class Transformer(keras.Model):
 
     def __init__(self, vocab_size, d_model=512, num_layers=6, num_heads=8, key_dim=None, value_dim=None,
                  d_ff=2048, dropout=0.1, attention_dropout=0.0, relu_dropout=0.0,
+                 source_word_dropout=0.0, target_word_dropout=0.0,
                  position_encoding="sinusoidal", max_length=512, layer_norm_epsilon=1e-6,
                  attention_bias=False, qkv_init_gain=1.0, attention_init="independent", ffn_init="glorot_uniform",
                  pad_id=0, **kwargs):
@@ -100,6 +106,11 @@ class Transformer(keras.Model):
         self.dropout_rate = float(dropout)
         self.attention_dropout = float(attention_dropout)
         self.relu_dropout = float(relu_dropout)
+        self.source_word_dropout = float(source_word_dropout)
+        self.target_word_dropout = float(target_word_dropout)
+        for name in ("source_word_dropout", "target_word_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name}={getattr(self, name)!r}: expected a probability in [0, 1)")
         self.position_encoding = position_encoding
         self.max_length = int(max_length)
         self.layer_norm_epsilon = float(layer_norm_epsilon)
@@ -116,6 +127,13 @@ class Transformer(keras.Model):
         else:
             self.positions = LearnedPositionalEmbedding(self.max_length, name="positions", dtype=policy)
         self.embedding_dropout = keras.layers.Dropout(self.dropout_rate, name="embedding_dropout", dtype=policy)
+        # one draw per token, broadcast over the width: whole embeddings are dropped. Built
+        # only when used, so a model without word dropout has the same seed generators (and
+        # resumes the same backups) as before the option existed
+        self.source_word_drop, self.target_word_drop = (
+            keras.layers.Dropout(rate, noise_shape=(None, None, 1), name=name, dtype=policy) if rate else None
+            for rate, name in ((self.source_word_dropout, "source_word_dropout"),
+                               (self.target_word_dropout, "target_word_dropout")))
         stack = dict(num_layers=self.num_layers, num_heads=self.num_heads, key_dim=self.key_dim,
                      value_dim=self.value_dim, d_ff=self.d_ff, dropout=self.dropout_rate,
                      attention_dropout=self.attention_dropout, relu_dropout=self.relu_dropout,
@@ -139,6 +157,9 @@ class Transformer(keras.Model):
         self.embedding.build()
         self.positions.build(width)
         self.embedding_dropout.build(width)
+        for layer in (self.source_word_drop, self.target_word_drop):
+            if layer is not None:
+                layer.build(width)
         self.encoder.build(width)
         self.decoder.build(width, width)
         self.built = True
@@ -160,9 +181,13 @@ class Transformer(keras.Model):
         return ModelConfig(**{n: getattr(self, n if n != "dropout" else "dropout_rate") for n in MODEL_FIELDS})
 
     # -- forward ----------------------------------------------------------------------
-    def embed(self, ids, start_index=0, training=None):
-        """Shared-table lookup scaled by sqrt(d_model), plus positions, plus dropout."""
-        x = self.positions(self.embedding(ids), start_index=start_index)
+    def embed(self, ids, start_index=0, training=None, word_dropout=None):
+        """Shared-table lookup scaled by sqrt(d_model), plus positions, plus dropout
+        (``word_dropout``, a layer, first drops whole token embeddings)."""
+        x = self.embedding(ids)
+        if word_dropout is not None:
+            x = word_dropout(x, training=training)
+        x = self.positions(x, start_index=start_index)
         return self.embedding_dropout(x, training=training)
 
     def padding_mask(self, ids):
@@ -173,7 +198,8 @@ class Transformer(keras.Model):
         """``source_ids [batch, source_length]`` -> ``(memory [batch, source_length, d_model],
         source_mask [batch, source_length] bool)`` (plus per-layer weights if asked)."""
         source_mask = self.padding_mask(source_ids)
-        out = self.encoder(self.embed(source_ids, training=training), padding_mask=source_mask,
+        out = self.encoder(self.embed(source_ids, training=training, word_dropout=self.source_word_drop),
+                           padding_mask=source_mask,
                            return_attention_scores=return_attention_scores, training=training)
         if return_attention_scores:
             memory, weights = out
@@ -183,7 +209,8 @@ class Transformer(keras.Model):
     def decoder_states(self, target_input_ids, memory, source_mask, training=None, return_attention_scores=False):
         """Full (teacher-forced) decoder pass -> the decoder's output ``[batch, target_length,
         d_model]`` (compute dtype) before the tied projection (plus per-layer weights if asked)."""
-        return self.decoder(self.embed(target_input_ids, training=training), memory,
+        embedded = self.embed(target_input_ids, training=training, word_dropout=self.target_word_drop)
+        return self.decoder(embedded, memory,
                             target_padding_mask=self.padding_mask(target_input_ids), memory_mask=source_mask,
                             return_attention_scores=return_attention_scores, training=training)
 

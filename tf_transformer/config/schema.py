@@ -54,6 +54,11 @@ class ModelConfig:
     dropout: float = 0.1  # P_drop: on each sublayer's output and on embeddings + positions
     attention_dropout: float = 0.0  # on the attention weights (not in the paper; tensor2tensor's option)
     relu_dropout: float = 0.0  # inside the FFN, after the ReLU (not in the paper; tensor2tensor's option)
+    # word dropout (not in the paper; Sennrich et al., WMT 2016): in training, each source /
+    # target-input token's whole embedding is zeroed with this probability (the rest scaled
+    # by 1 / (1 - p)) before the positions are added
+    source_word_dropout: float = 0.0
+    target_word_dropout: float = 0.0
     position_encoding: str = "sinusoidal"  # or "learned" (Table 3 row E)
     max_length: int = 512  # rows of the learned position table; sinusoids have no limit
     layer_norm_epsilon: float = 1e-6
@@ -103,7 +108,7 @@ class ModelConfig:
                     )
             else:
                 _positive(p + name, value)
-        for name in ("dropout", "attention_dropout", "relu_dropout"):
+        for name in ("dropout", "attention_dropout", "relu_dropout", "source_word_dropout", "target_word_dropout"):
             _probability(p + name, getattr(self, name))
         if self.position_encoding not in ("sinusoidal", "learned"):
             raise ConfigError(

@@ -193,29 +193,53 @@ VOCAB_FILE = "vocab.model"
 def _check_run_vocabulary(given: Path, own: Path) -> None:
     """``--vocab`` beside a run directory that has its own vocabulary: its pieces must be the
     run's (other pieces give other ids, and the model's output would be read as wrong words)."""
-    if not own.is_file() or not given.is_file():
-        return
+    differ = _vocabulary_difference(given, own)
+    if differ is not None:
+        raise UserError(f"--vocab {given}: not the vocabulary the run was trained with ({own}): {differ}; the "
+                        f"model's ids would be read as other pieces. Leave --vocab out to use {own}")
+
+
+def _vocabulary_difference(first: Path, second: Path) -> str | None:
+    """How two SentencePiece models' pieces differ (``"N and M pieces, different from id I"``),
+    or None when they are the same or either cannot be read (loading it then says so)."""
+    if not first.is_file() or not second.is_file():
+        return None
     try:
-        same = given.samefile(own) or given.read_bytes() == own.read_bytes()
+        if first.samefile(second) or first.read_bytes() == second.read_bytes():
+            return None
     except OSError:
-        return  # unreadable: loading it says so
-    if same:
-        return
+        return None  # unreadable: loading it says so
     import sentencepiece as spm
 
     pieces = []
-    for path in (given, own):
+    for path in (first, second):
         sp = spm.SentencePieceProcessor()
         try:
             sp.LoadFromSerializedProto(path.read_bytes())
         except (OSError, RuntimeError):
-            return  # not a SentencePiece model: loading it says so
+            return None  # not a SentencePiece model: loading it says so
         pieces.append([sp.id_to_piece(i) for i in range(sp.get_piece_size())])
-    if pieces[0] != pieces[1]:
-        differ = next((i for i, (a, b) in enumerate(zip(*pieces)) if a != b), min(map(len, pieces)))
-        raise UserError(f"--vocab {given}: not the vocabulary the run was trained with ({own}): "
-                        f"{len(pieces[0]):,} and {len(pieces[1]):,} pieces, different from id {differ}; the model's "
-                        f"ids would be read as other pieces. Leave --vocab out to use {own}")
+    if pieces[0] == pieces[1]:
+        return None
+    at = next((i for i, (a, b) in enumerate(zip(*pieces)) if a != b), min(map(len, pieces)))
+    return f"{len(pieces[0]):,} and {len(pieces[1]):,} pieces, different from id {at}"
+
+
+def resolve_member(path: str, vocab: str | None) -> str:
+    """A further ``--model`` of an ensemble: its ``.keras`` file (a run directory's
+    ``model.keras``); when it comes from a run directory with a vocabulary, that vocabulary's
+    pieces must be ``vocab``'s (the first model's): an ensemble mixes its members' probabilities
+    id by id."""
+    member = argparse.Namespace(model=path)
+    resolve_run(member, "", vocab=False, config=False)
+    run_dir = Path(path) if Path(path).is_dir() else Path(member.model).parent
+    if vocab is not None:
+        differ = _vocabulary_difference(Path(vocab), run_dir / VOCAB_FILE)
+        if differ is not None:
+            raise UserError(f"--model {path}: trained with another vocabulary ({run_dir / VOCAB_FILE}) than the "
+                            f"ensemble's {vocab}: {differ}. An ensemble's models must share one vocabulary, since "
+                            "their probabilities are mixed id by id")
+    return member.model
 
 
 def read_input_lines(path: str, flag: str) -> tuple[list[str], list[int]]:

@@ -15,6 +15,7 @@ from tf_transformer.cli._common import (
     check_output_file,
     flags,
     read_input_lines,
+    resolve_member,
     resolve_run,
     write_output_text,
 )
@@ -43,13 +44,38 @@ environment:
 """
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, engines: bool = False, config: bool = True) -> None:
+class _ModelsAction(argparse.Action):
+    """``--model`` given more than once: the first stays ``args.model`` (its run directory gives
+    the vocabulary and config defaults), the others go to ``args.ensemble``; a command that decodes
+    one model only (``ensemble=False``) refuses the repeat instead of keeping the last."""
+
+    def __init__(self, option_strings, dest, ensemble: bool = False, **kwargs):
+        self.ensemble = ensemble
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is None:
+            setattr(namespace, self.dest, values)
+        elif self.ensemble:
+            namespace.ensemble = list(getattr(namespace, "ensemble", None) or []) + [values]
+        else:
+            parser.error(f"--model given twice ({getattr(namespace, self.dest)}, {values}): this command takes "
+                         "one model (an ensemble decodes with tft translate or tft evaluate)")
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, engines: bool = False, config: bool = True,
+                        ensemble: bool = False) -> None:
     """``--model`` (a run directory or a ``.keras`` file) and ``--vocab``; ``engines``: the command
-    has ``--engine``; ``config``: it has ``--config`` (whose ``data.vocab_model`` is a default)."""
+    has ``--engine``; ``config``: it has ``--config`` (whose ``data.vocab_model`` is a default);
+    ``ensemble``: ``--model`` may be repeated to decode with an ensemble (``args.ensemble``)."""
     ct2 = ("; with --engine ctranslate2, the directory written by tft export --format ctranslate2" if engines else "")
-    parser.add_argument("--model", required=True, metavar="RUN_DIR_OR_KERAS",
+    several = ("; give --model more than once to decode with an ensemble: the mean of the models' next-token "
+               "probabilities (the models must share the vocabulary; the first one's run directory gives the "
+               "--vocab and --config defaults)" if ensemble else "")
+    parser.add_argument("--model", required=True, metavar="RUN_DIR_OR_KERAS", action=_ModelsAction, ensemble=ensemble,
                         help="a run directory of tft train (its model.keras) or a .keras file (model.keras, "
-                             "averaged.keras)" + ct2)
+                             "averaged.keras)" + ct2 + several)
+    parser.set_defaults(ensemble=[])
     parser.add_argument("--vocab", default=None, metavar="SPM_MODEL",
                         help="the SentencePiece .model used in training (default: vocab.model of the model's run "
                              "directory" + (", else data.vocab_model of --config" if config else "")
@@ -58,7 +84,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, engines: bool = False, 
 
 def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments shared by ``tft translate`` and ``tft evaluate``."""
-    add_model_arguments(parser, engines=True)
+    add_model_arguments(parser, engines=True, ensemble=True)
     add_config_arguments(parser, what=" whose decode (and data) sections give the defaults below (default: "
                                       "config.yaml of the model's run directory)")
     add_decode_settings(parser)
@@ -85,6 +111,7 @@ def decode_settings(args):
 
     if getattr(args, "engine", "tensorflow") == "tensorflow" and not getattr(args, "run_resolved", False):
         resolve_run(args, args.command)
+        args.ensemble = [resolve_member(path, args.vocab) for path in getattr(args, "ensemble", None) or []]
         args.run_resolved = True
     cfg = None
     if args.config:
@@ -121,6 +148,9 @@ def build_translator(args):
     n_best = _translations_per_line(args, decode)
     sampling = sampling_settings(args, decode)
     if getattr(args, "engine", "tensorflow") == "ctranslate2":
+        if getattr(args, "ensemble", None):
+            raise UserError(f"--model given {1 + len(args.ensemble)} times: an ensemble decodes with --engine "
+                            "tensorflow only (a CTranslate2 export holds one model)")
         vocab = args.vocab or (cfg.data.vocab_model if cfg is not None else None)
         translator = build_ct2_translator(args, decode, vocab, n_best=n_best, **sampling)
         mark(args, "model and vocabulary")
@@ -259,6 +289,13 @@ def load_model_and_vocabulary(args, cfg):
         print(f"tft {args.command}: --vocab {vocab} (data.vocab_model of --config {args.config})", file=sys.stderr)
     with flags(MODEL_FLAGS):
         model = load_model(args.model)
+        members = [load_model(path) for path in getattr(args, "ensemble", None) or []]
+    if members:
+        from tf_transformer.decoding.ensemble import Ensemble
+
+        paths = [args.model, *args.ensemble]
+        model = Ensemble([model, *members], names=[f"--model {p}" for p in paths])
+    with flags(MODEL_FLAGS):
         return model, load_tokenizer(vocab, model)
 
 
@@ -325,6 +362,8 @@ def settings(decode, args, translator) -> str:
     utility = {"chrf": "chrF", "bleu": "BLEU"}.get(getattr(translator, "utility", None))
     if utility is not None:  # an MBRTranslator
         text += f", MBR by {utility} among " + ("them" if sampled else f"the {translator.n_best} best")
+    if getattr(args, "ensemble", None):
+        text += f", an ensemble of {1 + len(args.ensemble)} models"
     return text
 
 
@@ -354,7 +393,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      "  tft translate --model runs/de-en --sample --sample-topk 10 --input mono.de --output bt.en\n"
                      "  tft translate --model runs/de-en --sample --sample-topp 0.9 --input mono.de --output bt.en\n"
                      "  tft translate --model runs/m30k --sample --sample-topp 0.9 --mbr 16 --input test.en\n"
-                     "  tft translate --model runs/m30k --input train.en --score-target train.de > scores.tsv\n")
+                     "  tft translate --model runs/m30k --input train.en --score-target train.de > scores.tsv\n"
+                     "  tft translate --model runs/seed1 --model runs/seed2 --input test.en   # an ensemble of two\n")
     add_decode_arguments(parser)
     parser.add_argument("--input", default="-", help="input file, one sentence per line (default: - , stdin)")
     parser.add_argument("--output", default="-", help="output file (default: - , stdout)")
@@ -533,6 +573,8 @@ def _resumable_output(args: argparse.Namespace, decode, translator, total: int):
     run = {"input": identity(args.input), "model": identity(args.model),
            "vocab": identity(args.vocab) if args.vocab else None, "engine": args.engine,
            "decoding": settings(decode, args, translator), "n_best": args.n_best, "scores": args.scores}
+    if args.ensemble:
+        run["ensemble"] = [identity(path) for path in args.ensemble]
     if _draws_per_batch(translator):
         run["batches"] = [decode.batch_size, args.chunk_lines]
     return ResumableOutput(args.output, run, total)

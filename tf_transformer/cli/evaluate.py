@@ -171,6 +171,7 @@ def run(args: argparse.Namespace) -> int:
                        "mbr": None if getattr(translator, "utility", None) is None  # an MBRTranslator's
                        else {"candidates": translator.n_best, "utility": translator.utility}},
             "model": args.model,
+            "ensemble": list(args.ensemble),
             "seconds": round(seconds, 2),
             "degenerate": degenerate.as_dict(),
             "scores": {k: {"name": s.name, "score": round(s.score, 4), "signature": s.signature}

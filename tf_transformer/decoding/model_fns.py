@@ -148,8 +148,8 @@ def uncached_decoder(model, source_ids, max_decode_length=None, beam_size: int =
     ``initial_cache`` is empty."""
     memory, source_mask = model.encode(source_ids, training=False)
     if beam_size > 1:
-        memory = tf.repeat(memory, beam_size, axis=0)
-        source_mask = tf.repeat(source_mask, beam_size, axis=0)
+        # (an ensemble's memory is one tensor per member)
+        memory, source_mask = tf.nest.map_structure(lambda t: tf.repeat(t, beam_size, axis=0), (memory, source_mask))
 
     def symbols_to_logits_fn(ids, step, cache):
         prefix = ids[:, : step + 1]

@@ -181,6 +181,29 @@ def test_cli_ensemble_errors(assets, member_file, tmp_path, capsys):
     assert main(["translate", "--model", str(tmp_path), "--model", member_file, "--engine", "ctranslate2",
                  "--input", str(tmp_path / "in.en")]) == 2
     assert "an ensemble decodes with --engine tensorflow only" in capsys.readouterr().err
+    assert main(["export", "--model", assets[0], "--model", member_file, "--vocab", assets[1], "--format",
+                 "ctranslate2", "--output", str(tmp_path / "ct2")]) == 2
+    assert "a CTranslate2 model directory holds one model" in capsys.readouterr().err
+    # a command that takes one model refuses a second instead of keeping the last
     with pytest.raises(SystemExit):
-        main(["export", "--model", assets[0], "--model", member_file, "--output", str(tmp_path / "x")])
+        main(["plot-attention", "--model", assets[0], "--model", member_file, "--sentence", "a dog.",
+              "--output", str(tmp_path / "a.png")])
     assert "--model given twice" in capsys.readouterr().err
+    assert not (tmp_path / "ct2").exists() and not (tmp_path / "a.png").exists()
+
+
+def test_exported_ensemble_translates_as_the_ensemble(tiny, assets, member_file, tmp_path, capsys):
+    model, tok = tiny
+    out = tmp_path / "export"
+    assert main(["export", "--model", assets[0], "--model", member_file, "--vocab", assets[1], "--beam", "3",
+                 "--output", str(out)]) == 0
+    assert "an ensemble of 2 models" in capsys.readouterr().err
+    info = json.loads((out / "export.json").read_text())
+    assert info["ensemble"] == [member_file] and info["versions"]["1"]["ensemble"] == [member_file]
+    sentences = ["a dog runs.", "the boy walks on the street with a blue ball.", ""]
+    loaded = tf.saved_model.load(str(out / "1"))
+    served = loaded.signatures["translate"](text=tf.constant(sentences))
+    expected, scores, _ = Translator(Ensemble([model, keras.saving.load_model(member_file)]), tok, beam_size=3,
+                                     alpha=0.6).translate(sentences)
+    assert [t.decode() for t in served["translation"].numpy()] == expected
+    np.testing.assert_allclose(served["scores"].numpy()[:2], scores[:2], atol=1e-4)

@@ -25,7 +25,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "  decode it with: tft translate --engine ctranslate2 --model DIR\n"
         "see docs/serving.md for TF Serving commands, REST examples and CTranslate2\n"
         "example:\n  tft export --model runs/m30k --output export/m30k    # the run's vocab.model and config.yaml\n")
-    add_model_arguments(parser)
+    add_model_arguments(parser, ensemble=True)
     parser.add_argument("--output", required=True,
                         help="model base directory for TF Serving (ctranslate2: the model directory)")
     parser.add_argument("--format", default="savedmodel", choices=("savedmodel", "ctranslate2"),
@@ -58,12 +58,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         written = export_model(model, tok, args.output, version=args.version, beam_size=decode.beam_size,
                                alpha=decode.alpha, max_extra_length=decode.max_extra_length,
-                               overwrite=args.force, source=args.model, stop_rule=decode.stop_rule)
+                               overwrite=args.force, source=args.model, stop_rule=decode.stop_rule,
+                               ensemble=args.ensemble)
     except VersionExists as e:
         raise UserError(f"{e.path} already exists; export as --version {e.next_version} (TF Serving picks the "
                         "highest) or pass --force to replace it") from None
+    members = f" (an ensemble of {1 + len(args.ensemble)} models)" if args.ensemble else ""
     print(f"tft export: wrote {written['full']} (translate, translate_ids) and {written['ids_only']} "
-          f"(translate_ids, core ops only) with {describe(decode)} in {time.time() - start:.1f} s",
+          f"(translate_ids, core ops only) with {describe(decode)}{members} in {time.time() - start:.1f} s",
           file=sys.stderr)
     return 0
 
@@ -73,6 +75,9 @@ def run_ctranslate2(args: argparse.Namespace, cfg, decode) -> int:
     from tf_transformer.cli.decode import load_model_and_vocabulary
     from tf_transformer.serving import ctranslate2 as ct2
 
+    if args.ensemble:
+        raise UserError(f"--model given {1 + len(args.ensemble)} times: a CTranslate2 model directory holds one "
+                        "model; export an ensemble as a SavedModel (--format savedmodel)")
     ct2.require_ctranslate2()  # before the model is loaded: fail fast without the extra
     if args.quantization is not None and args.quantization not in ct2.QUANTIZATIONS:
         raise UserError(f"--quantization {args.quantization}: not one of {', '.join(ct2.QUANTIZATIONS)}")

@@ -75,6 +75,11 @@ class Ensemble(tf.Module):
         self.pad_id = int(getattr(members[0], "pad_id", 0))
         self.max_length = min(int(m.max_length) for m in members)
 
+    @property
+    def weights(self) -> list:
+        """All members' weights, member by member."""
+        return [w for m in self.members for w in m.weights]
+
     def __len__(self) -> int:
         return len(self.members)
 

@@ -144,9 +144,12 @@ def build_module(model, tokenizer=None, beam_size=4, alpha=0.6, max_extra_length
 
 def export_model(model, tokenizer, output_dir, version: int = 1, beam_size: int = 4, alpha: float = 0.6,
                  max_extra_length: int = 50, overwrite: bool = False, source: str = "", log=None,
-                 stop_rule: str = "bound") -> dict:
+                 stop_rule: str = "bound", ensemble=()) -> dict:
     """Write ``output_dir/<version>`` (translate + translate_ids), ``output_dir/ids_only/<version>``
-    (translate_ids, core ops only) and ``output_dir/export.json``. Returns their paths."""
+    (translate_ids, core ops only) and ``output_dir/export.json``. Returns their paths.
+    ``model`` may be a :class:`tf_transformer.decoding.Ensemble` (its members' variables are
+    saved, and the signatures decode with the mean of their probabilities); ``ensemble``: the
+    paths of its further members, for ``export.json`` (``source`` names the first)."""
     import tensorflow as tf
 
     log = log or say
@@ -175,7 +178,7 @@ def export_model(model, tokenizer, output_dir, version: int = 1, beam_size: int 
             tf.saved_model.save(module, str(tmp), signatures=signatures)
         written[name] = str(target)
 
-    info = export_info(model, tokenizer, source=source, decode=settings, version=version)
+    info = export_info(model, tokenizer, source=source, decode=settings, version=version, ensemble=ensemble)
     info["signatures"] = {
         str(full_dir.relative_to(out)): ["translate (serving_default)", "translate_ids"],
         str(ids_dir.relative_to(out)): ["translate_ids (serving_default)"],
@@ -197,7 +200,7 @@ def _versions(out: Path, version: int, info: dict) -> dict:
         old = json.loads((out / "export.json").read_text()).get("versions", {})
     except (OSError, ValueError, AttributeError):
         old = {}
-    record = {k: info[k] for k in ("model", "vocab", "decode", "exported_at")}
+    record = {k: info[k] for k in ("model", "ensemble", "vocab", "decode", "exported_at") if k in info}
     versions = {k: v for k, v in old.items() if k.isdigit() and (out / k).is_dir() and k != str(version)}
     versions[str(version)] = record
     return dict(sorted(versions.items(), key=lambda kv: int(kv[0])))

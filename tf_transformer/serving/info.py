@@ -15,19 +15,21 @@ import time
 __all__ = ["export_info"]
 
 
-def export_info(model, tokenizer, *, source: str, decode: dict | None, **fields) -> dict:
+def export_info(model, tokenizer, *, source: str, decode: dict | None, ensemble=(), **fields) -> dict:
     """The JSON-ready description of ``model`` exported with ``tokenizer``.
 
     ``source``: where the model came from (the ``--model`` path); ``decode``: the decoding
-    settings baked in or recommended (beam size, alpha, ...); ``fields``: format-specific
-    entries, placed before the common ones. The ids are the tokenizer's own. The model and
-    vocabulary paths are recorded absolute, so the record names the same files from any
-    working directory.
+    settings baked in or recommended (beam size, alpha, ...); ``ensemble``: the paths of an
+    ensemble's further members (``source`` is its first; recorded as ``"ensemble"`` only when
+    given); ``fields``: format-specific entries, placed before the common ones. The ids are
+    the tokenizer's own. The model and vocabulary paths are recorded absolute, so the record
+    names the same files from any working directory.
     """
     vocab = getattr(tokenizer, "model_path", None)
     info = dict(fields)
     info.update({
         "model": os.path.abspath(source) if source else source,
+        **({"ensemble": [os.path.abspath(p) for p in ensemble]} if ensemble else {}),
         "vocab": os.path.abspath(vocab) if vocab else vocab,
         "vocab_size": int(model.vocab_size),
         "max_length": int(model.max_length),

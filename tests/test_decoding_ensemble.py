@@ -155,6 +155,13 @@ def test_cli_translate_and_evaluate_with_two_models(tiny, assets, member_file, t
                  "--output", str(tmp_path / "hyp.txt"), "--json", str(tmp_path / "e.json"), "--quiet"]) == 0
     assert (tmp_path / "hyp.txt").read_text().splitlines() == expected
     assert json.loads((tmp_path / "e.json").read_text())["ensemble"] == [member_file]
+    # --resume keys its record by every member: the same output with one model is refused
+    common = ["--vocab", assets[1], "--beam", "3", "--input", str(tmp_path / "in.en"), "--output",
+              str(tmp_path / "r.txt"), "--resume", "--quiet"]
+    assert main(["translate", "--model", assets[0], "--model", member_file, *common]) == 0
+    assert (tmp_path / "r.txt").read_text().splitlines() == expected
+    assert main(["translate", "--model", assets[0], *common]) == 2
+    assert "ensemble" in capsys.readouterr().err
 
 
 def test_cli_ensemble_errors(assets, member_file, tmp_path, capsys):

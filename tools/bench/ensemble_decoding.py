@@ -58,7 +58,8 @@ def main(argv=None) -> int:
     load_tokenizer(args.vocab, Ensemble(members))  # one vocabulary for all
     names = [Path(args.model).name] + [Path(m).name for m in (args.member or [args.model])]
     systems = {f"member {i + 1} alone: {name}": m for i, (name, m) in enumerate(zip(names, members))}
-    systems[f"ensemble of {len(members)}"] = Ensemble(members, names=names)
+    together = f"ensemble of {len(members)}"
+    systems[together] = Ensemble(members, names=names)
 
     figures = {"command": sys.argv, "systems": {}}
 
@@ -87,7 +88,8 @@ def main(argv=None) -> int:
     figures["machine"] = machine()
 
     first = args.alphas[0]
-    single = [s["test"][-1]["seconds"] for n, s in figures["systems"].items() if n.startswith("member")]
+    single = [next(r for r in s["test"] if r["alpha"] == first)["seconds"]
+              for n, s in figures["systems"].items() if n != together]
     print(f"| system | alpha chosen on valid | valid BLEU lc Moses | test BLEU lc Moses / sacreBLEU / chrF2 / length "
           f"| test at alpha {first:g}: BLEU lc Moses | test seconds at alpha {first:g} |")
     print("|---|---:|---:|---:|---:|---:|")
@@ -98,7 +100,7 @@ def main(argv=None) -> int:
         print(f"| {name} | {s['chosen_alpha']:g} | {best_valid['bleu_lc_moses']} | {at_chosen['bleu_lc_moses']} / "
               f"{at_chosen['sacrebleu']} / {at_chosen['chrf2']} / {at_chosen['length_ratio']} | "
               f"{at_first['bleu_lc_moses']} | {at_first['seconds']} |")
-    ensemble_seconds = s["test"][-1]["seconds"]
+    ensemble_seconds = next(r for r in figures["systems"][together]["test"] if r["alpha"] == first)["seconds"]
     print(f"\nthe ensemble's decoding time at alpha {first:g}: {ensemble_seconds / sum(single):.2f}x its members' "
           f"added up ({ensemble_seconds} s against {' + '.join(map(str, single))} s)")
     print(f"machine: {figures['machine']}")

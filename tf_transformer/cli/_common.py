@@ -151,11 +151,12 @@ def plain(text: str) -> str:
 # -- the run directory knows its model ----------------------------------------------------------
 
 
-def resolve_run(args: argparse.Namespace, who: str, *, vocab: bool = True, config: bool = True) -> None:
+def resolve_run(args: argparse.Namespace, who: str, *, vocab: bool = True, config: bool = True) -> Path | None:
     """``--model`` may be a run directory (``tft train --model-dir``) or a ``.keras`` file; a
     run directory (the one given, or the ``.keras`` file's own) gives the defaults of ``--vocab``
     (its ``vocab.model``) and ``--config`` (its ``config.yaml``). Sets ``args.model`` to the
-    file and fills ``args.vocab``/``args.config``; says on stderr what it took from where."""
+    file and fills ``args.vocab``/``args.config``; says on stderr what it took from where.
+    Returns that run directory (None for a ``.keras`` file outside one)."""
     from tf_transformer.io import CONFIG_FILE, MODEL_FILE
 
     path = Path(args.model)
@@ -184,6 +185,7 @@ def resolve_run(args: argparse.Namespace, who: str, *, vocab: bool = True, confi
             taken.append(f"--config {args.config}")
     if taken:
         print(f"tft {who}: from the run directory {run_dir}: {', '.join(taken)}", file=sys.stderr)
+    return run_dir
 
 
 #: The vocabulary's name in a run directory (``tft train`` copies it there).
@@ -227,12 +229,11 @@ def _vocabulary_difference(first: Path, second: Path) -> str | None:
 
 def resolve_member(path: str, vocab: str | None) -> str:
     """A further ``--model`` of an ensemble: its ``.keras`` file (a run directory's
-    ``model.keras``); when it comes from a run directory with a vocabulary, that vocabulary's
-    pieces must be ``vocab``'s (the first model's): an ensemble mixes its members' probabilities
-    id by id."""
+    ``model.keras``); when its run directory (or the folder of the file) holds a vocabulary, that
+    vocabulary's pieces must be ``vocab``'s (the first model's): an ensemble mixes its members'
+    probabilities id by id."""
     member = argparse.Namespace(model=path)
-    resolve_run(member, "", vocab=False, config=False)
-    run_dir = Path(path) if Path(path).is_dir() else Path(member.model).parent
+    run_dir = resolve_run(member, "", vocab=False, config=False) or Path(member.model).parent
     if vocab is not None:
         differ = _vocabulary_difference(Path(vocab), run_dir / VOCAB_FILE)
         if differ is not None:

@@ -249,6 +249,28 @@ def test_known_score_equals_formula():
     assert scores.numpy()[0, 0] == pytest.approx(logp / ((5 + 3) / 6) ** alpha, abs=1e-5)
 
 
+def test_normalized_outputs_are_used_as_they_are():
+    # the function's outputs shifted by +1: a log-softmax undoes the shift, ``normalized=True``
+    # (an ensemble's log-probabilities) keeps it, in beam search and greedy search alike
+    V, alpha = 6, 0.6
+    table = np.full((V, V), JUNK)
+    table[BOS, 4], table[BOS, 5] = math.log(0.8), math.log(0.2)
+    table[4, 5], table[4, 4] = math.log(0.7), math.log(0.3)
+    table[5, EOS], table[5, 4] = math.log(0.9), math.log(0.1)
+    lp = log_softmax_np(table)
+    logp = lp[BOS, 4] + lp[4, 5] + lp[5, EOS]
+    shifted = markov_fn(table + 1.0)
+    for normalized, expected in ((False, logp), (True, logp + 3.0)):
+        ids, scores = beam_search(shifted, tf.constant([BOS]), {}, V, beam_size=2, alpha=alpha,
+                                  max_decode_length=3, eos_id=EOS, normalized=normalized)
+        assert strip(ids.numpy()[0, 0]) == [4, 5, EOS]
+        assert scores.numpy()[0, 0] == pytest.approx(expected / ((5 + 3) / 6) ** alpha, abs=1e-5)
+        ids, scores = greedy_search(shifted, tf.constant([BOS]), {}, max_decode_length=3, eos_id=EOS,
+                                    normalized=normalized)
+        assert strip(ids.numpy()[0]) == [4, 5, EOS]
+        assert scores.numpy()[0] == pytest.approx(expected, abs=1e-5)
+
+
 class PrefixModel:
     """A toy decoder whose logits depend on the whole prefix and on the sentence:
     h = tanh(sum_j E[ids_j] * decay^(step-j) + m_b); logits = h @ W.

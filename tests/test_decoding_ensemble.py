@@ -44,6 +44,12 @@ def test_mean_probabilities_is_the_log_of_the_mean_softmax():
     out = np_(mean_probabilities([a, b]))
     np.testing.assert_allclose(np.exp(out).sum(-1), 1.0, atol=1e-5)
     np.testing.assert_allclose(np_(mean_probabilities([a])), np_(tf.nn.log_softmax(a)), atol=1e-6)
+    # exact far in the tail, where a probability underflows float32 (exp(-150) = 0)
+    x = np.array([[0.0, -150.0, -300.0, 5.0]], "float32")
+    y = np.array([[0.0, -160.0, -250.0, -5.0]], "float32")
+    out = np_(mean_probabilities([x, y]))
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, np_mixture(x, y), rtol=1e-6, atol=1e-4)
 
 
 def test_cached_steps_and_the_teacher_forced_call_give_the_members_mixture(tiny):
@@ -119,6 +125,43 @@ def test_beam_search_through_the_cache_equals_the_uncached_decoder(tiny):
     uncached = translate_batch(ensemble, src, beam_size=4, alpha=0.6, max_extra_length=6, n_best=3, cached=False)
     np.testing.assert_array_equal(np_(cached[0]), np_(uncached[0]))
     np.testing.assert_allclose(np_(cached[1]), np_(uncached[1]), atol=1e-4)
+
+
+class Shifted(Ensemble):
+    """An ensemble whose outputs are moved up by 1 (no longer normalised): shows whether decoding
+    and scoring take them as they are (the ensemble's contract) or log-softmax them again."""
+
+    def decode_step(self, token_ids, step, cache, weights=None):
+        out, cache = super().decode_step(token_ids, step, cache, weights=weights)
+        return out + 1.0, cache
+
+    def __call__(self, inputs, training=None):
+        return super().__call__(inputs, training=training) + 1.0
+
+
+def test_searches_and_scoring_take_the_ensembles_log_probabilities_as_they_are(tiny):
+    from tf_transformer.decoding.model_fns import score_batch, translate_batch
+
+    model, tok = tiny
+    members = [model, perturbed(model)]
+    plain, shifted = Ensemble(members), Shifted(members)
+    ids = tok.encode(["a dog runs in the park.", "the red ball."])
+    src = np.zeros((2, max(map(len, ids))), "int32")
+    for i, s in enumerate(ids):
+        src[i, :len(s)] = s
+    out, scores = map(np_, translate_batch(plain, src, beam_size=1, max_extra_length=6))
+    out2, scores2 = map(np_, translate_batch(shifted, src, beam_size=1, max_extra_length=6))
+    np.testing.assert_array_equal(out, out2)
+    # greedy's score is a sum over the generated tokens and EOS: +1 for each
+    steps = np.minimum((out != 0).sum(1) + 1, out.shape[1])
+    np.testing.assert_allclose(scores2 - scores, steps, atol=1e-4)
+    tgt_in = np.concatenate([np.full((2, 1), 2, "int32"), out], 1)
+    tgt_out = np.concatenate([out, np.zeros((2, 1), "int32")], 1)
+    tgt_out[np.arange(2), (out != 0).sum(1)] = 3  # EOS after the tokens
+    total, count = map(np_, score_batch(plain, src, tgt_in, tgt_out))
+    total2, count2 = map(np_, score_batch(shifted, src, tgt_in, tgt_out))
+    np.testing.assert_array_equal(count, count2)
+    np.testing.assert_allclose(total2 - total, count, atol=1e-4)
 
 
 def test_members_must_share_the_vocabulary(tiny):

@@ -195,6 +195,15 @@ def never_written(log_probs, never_ids):
     return tf.where(banned, tf.constant(_NEG_INF, log_probs.dtype), log_probs)
 
 
+def step_log_probs(logits, never_ids, normalized: bool = False):
+    """A step's float32 log-probabilities from the function's output ``[..., V]``: its
+    log-softmax, or the values themselves when ``normalized`` (the function already returns
+    log-probabilities, as an ensemble's mixture does: a second log-softmax would only cost a
+    pass over ``[rows, V]``), with ``never_ids`` set to ``-inf``."""
+    values = tf.cast(logits, tf.float32)
+    return never_written(values if normalized else tf.nn.log_softmax(values, axis=-1), never_ids)
+
+
 def beam_search(
     symbols_to_logits_fn: SymbolsToLogitsFn,
     initial_ids,
@@ -212,6 +221,7 @@ def beam_search(
     drop_finished: bool = False,
     stop_rule: str = "bound",
     never_ids: tuple = (),
+    normalized: bool = False,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Beam search over ``symbols_to_logits_fn`` (see the module docstring for its contract).
 
@@ -248,6 +258,9 @@ def beam_search(
         ``beam_size`` hypotheses have finished; see the module docstring).
       never_ids: ids the search never writes (padding, the initial id): their log-probability
         is set to ``-inf`` after the softmax, so every other token's score is unchanged.
+      normalized: the function returns log-probabilities (each row's ``exp`` sums to 1, as
+        :class:`tf_transformer.decoding.Ensemble`'s do), not logits: they are used as they are,
+        without a log-softmax.
 
     Returns:
       ``(ids, scores)``: ``ids`` int32 ``[batch, beam, max_decode_length + 1]`` with the
@@ -308,8 +321,7 @@ def beam_search(
         flat_cache = tf.nest.map_structure(_merge_beam, alive_cache)
         logits, new_flat_cache = _call(symbols_to_logits_fn, flat_ids, i, flat_cache,
                                        sentence_cache if has_sentence_cache else None)
-        logits = tf.reshape(tf.cast(logits, tf.float32), [-1, K, V])
-        log_probs = never_written(tf.nn.log_softmax(logits, axis=-1), never_ids)
+        log_probs = tf.reshape(step_log_probs(logits, never_ids, normalized), [-1, K, V])
 
         # Expand every live hypothesis by every token; keep the 2K best by log-prob.
         topk_log_probs, topk_index = _top_candidates(alive_log_probs, log_probs, 2 * K, chunk)

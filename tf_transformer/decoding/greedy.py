@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tf_transformer.decoding.beam_search import _call, _drop_rows, _shape_invariants, never_written
+from tf_transformer.decoding.beam_search import _call, _drop_rows, _shape_invariants, step_log_probs
 
 __all__ = ["greedy_search", "sentence_seeds"]
 
@@ -56,6 +56,7 @@ def greedy_search(
     seed=(0, 0),
     top_p: float = 1.0,
     epsilon: float = 0.0,
+    normalized: bool = False,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Pick the most probable token at every step (or draw one: ``sample``) until EOS or the
     maximum length.
@@ -86,6 +87,8 @@ def greedy_search(
       seed: with ``sample``, the rows' seed pairs: int ``[batch, 2]`` (e.g. from
         :func:`sentence_seeds`), or one pair ``[2]`` (two integers) from which row ``r`` gets
         ``(seed[0], seed[1] + r)``.
+      normalized: the function returns log-probabilities, not logits (no log-softmax is
+        taken), as in beam search.
 
     Returns:
       ``(ids, scores)``: int32 ``[batch, max_decode_length + 1]`` (initial id in column 0,
@@ -125,7 +128,7 @@ def greedy_search(
 
     def body(i, ids, scores, finished, cache, rows, max_lengths, sentence_cache, out_ids, out_scores):
         logits, cache = _call(symbols_to_logits_fn, ids, i, cache, sentence_cache if has_sentence_cache else None)
-        log_probs = never_written(tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1), never_ids)
+        log_probs = step_log_probs(logits, never_ids, normalized)
         if sample:
             token = _draw(log_probs, top_k, temperature, _step_keys(tf.gather(row_keys, rows), i), top_p, epsilon)
         else:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from tf_transformer.decoding.batches import Sampling
-from tf_transformer.decoding.beam_search import beam_search
+from tf_transformer.decoding.beam_search import beam_search, step_log_probs
 from tf_transformer.decoding.greedy import greedy_search, sentence_seeds
 from tf_transformer.errors import UserError
 
@@ -261,6 +261,7 @@ def translate_batch(
     batch = tf.shape(source_ids)[0]
     initial_ids = tf.fill([batch], tf.constant(bos_id, tf.int32))
     never = tuple(i for i in (pad_id, bos_id) if i != eos_id)  # ids that are no output's tokens
+    normalized = bool(getattr(model, "outputs_log_probabilities", False))  # an ensemble's mixture
     if sampling is not None and beam_size > 1:
         raise UserError(f"sampling draws one token at a time: it needs beam_size=1, not {beam_size}")
     if beam_size <= 1:
@@ -271,7 +272,7 @@ def translate_batch(
                         seed=sentence_seeds(source_ids, int(sampling.seed), pad_id, copies=samples))
         ids, scores = greedy_search(fn, initial_ids, cache, max_decode_length, eos_id,
                                     max_lengths=max_lengths, pad_id=pad_id, sentence_cache=sentence,
-                                    drop_finished=drop, never_ids=never, **draw)
+                                    drop_finished=drop, never_ids=never, normalized=normalized, **draw)
         if samples > 1:
             out = strip_after_eos(ids[:, 1:], eos_id, pad_id)
             return tf.reshape(out, [-1, samples, tf.shape(out)[1]]), tf.reshape(scores, [-1, samples])
@@ -279,7 +280,7 @@ def translate_batch(
         ids, scores = beam_search(fn, initial_ids, cache, int(model.vocab_size), int(beam_size), alpha,
                                   max_decode_length, eos_id, max_lengths=max_lengths,
                                   stop_early=stop_early, pad_id=pad_id, n_best=n_best, sentence_cache=sentence,
-                                  drop_finished=drop, stop_rule=stop_rule, never_ids=never)
+                                  drop_finished=drop, stop_rule=stop_rule, never_ids=never, normalized=normalized)
         if n_best > 1:
             ids, scores = ids[:, :n_best, 1:], scores[:, :n_best]
             width = tf.shape(ids)[2]
@@ -298,9 +299,9 @@ def score_batch(model, source_ids, target_input_ids, target_output_ids) -> tuple
     the model's compute dtype."""
     pad_id = int(getattr(model, "pad_id", 0))
     labels = tf.cast(target_output_ids, tf.int32)
-    logits = tf.cast(model((tf.cast(source_ids, tf.int32), tf.cast(target_input_ids, tf.int32)), training=False),
-                     tf.float32)
-    token_log_probs = tf.gather(tf.nn.log_softmax(logits, axis=-1), labels, batch_dims=2)
+    outputs = model((tf.cast(source_ids, tf.int32), tf.cast(target_input_ids, tf.int32)), training=False)
+    log_probs = step_log_probs(outputs, (), bool(getattr(model, "outputs_log_probabilities", False)))
+    token_log_probs = tf.gather(log_probs, labels, batch_dims=2)
     real = tf.not_equal(labels, pad_id)
     return (tf.reduce_sum(tf.where(real, token_log_probs, 0.0), axis=1),
             tf.reduce_sum(tf.cast(real, tf.int32), axis=1))

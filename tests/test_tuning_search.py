@@ -37,6 +37,32 @@ def test_build_uses_the_trial_values(tiny, tmp_path):
     assert model.optimizer is not None and model.label_smoothing == pytest.approx(0.1)
     # the values registered on hp are the ones the hypermodel reports
     assert hm.declare(hp) == {"num_heads": 8, "num_layers": 1, "d_ff": 48, "dropout": 0.25}
+    # word dropout is not searched unless the space has values for it: the config's rates stay
+    assert "word_dropout" not in hp.values
+    assert (t.source_word_dropout, t.target_word_dropout) == (0.0, 0.0)
+
+
+def test_word_dropout_in_the_search_space_sets_both_sides(tiny, tmp_path):
+    cfg = load_config("multi30k_small", tiny["overrides"] + ["model.source_word_dropout=0.05"])
+    space = SearchSpace(num_heads=(4,), num_layers=(1,), d_ff=(48,), dropout=(0.1,), word_dropout=(0.0, 0.2))
+    hm = TransformerHyperModel(cfg, space, vocab_dir=tmp_path)
+    hp = kt.HyperParameters()
+    hp.Fixed("word_dropout", 0.2)
+    t = hm.build(hp).transformer
+    assert (t.source_word_dropout, t.target_word_dropout) == (pytest.approx(0.2), pytest.approx(0.2))
+    assert hm.declare(hp)["word_dropout"] == 0.2
+    values = dict(hm.declare(kt.HyperParameters()), word_dropout=0.0)
+    assert (hm.trial_config(values).model.source_word_dropout, hm.trial_config(values).model.target_word_dropout) \
+        == (0.0, 0.0)
+    # without it in the space, the config's own rates (0.05 on the source side only) are kept
+    plain = TransformerHyperModel(cfg, SearchSpace(num_heads=(4,), num_layers=(1,), d_ff=(48,), dropout=(0.1,)),
+                                  vocab_dir=tmp_path)
+    kept = plain.trial_config(plain.declare(kt.HyperParameters())).model
+    assert (kept.source_word_dropout, kept.target_word_dropout) == (0.05, 0.0)
+    with pytest.raises(ConfigError, match="word_dropout=1.0"):
+        SearchSpace(word_dropout=(0.0, 1.0)).validate(32)
+    with pytest.raises(ConfigError, match="word_dropout is empty"):
+        SearchSpace(word_dropout=()).validate(32)
 
 
 def test_search_space_checks():
@@ -188,6 +214,12 @@ def test_results_table_format():
     assert lines[-2] == "| 0 * | COMPLETED | 4 | 8 | 2 | 64 | 0.1 | 2 | 4 | 0.05 | 4.2500 | 4.2500 | 70.1000 | " \
                         "0.1000 | 0.2 |"
     assert lines[-1].startswith("| 1 | FAILED | 2 | 16 | 1 | 32 | 0 |")
+    assert "P_word" not in md  # not searched: no column
+    searched = format_markdown([dict(r, word_dropout=w) for r, w in zip(rows, (0.1, 0.0))], "val_loss", best_trial="0")
+    lines = searched.strip().splitlines()
+    assert "| P_drop | P_word | epochs |" in searched
+    assert lines[-2].startswith("| 0 * | COMPLETED | 4 | 8 | 2 | 64 | 0.1 | 0.1 | 2 |")
+    assert lines[-1].startswith("| 1 | FAILED | 2 | 16 | 1 | 32 | 0 | 0 |")
 
 
 @pytest.mark.slow

@@ -4,7 +4,8 @@
 ::
 
     tft tune --config multi30k_small --output runs/tune --algorithm random --max-trials 8 \\
-        --steps-per-trial 600 --heads 1,2,4,8 --layers 2,3,4 --d-ff 512,1024 --dropout 0,0.1,0.3
+        --steps-per-trial 600 --heads 1,2,4,8 --layers 2,3,4 --d-ff 512,1024 --dropout 0,0.1,0.3 \\
+        --word-dropout 0,0.1
     tft tune --config multi30k_small --output runs/tune-hb --algorithm hyperband \\
         --steps-per-trial 900 --steps-per-epoch 100 --objective val_bleu --bleu-sentences 300
 
@@ -70,6 +71,9 @@ def configure_tune(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", help="num_layers values, e.g. 2,3,4 (default: the config's N-1, N, N+1)")
     parser.add_argument("--d-ff", help="d_ff values, e.g. 512,1024 (default: 2 and 4 times d_model)")
     parser.add_argument("--dropout", help="dropout values, e.g. 0,0.1,0.3 (default: 0,0.1,0.2,0.3)")
+    parser.add_argument("--word-dropout", help="word dropout values, one rate for source and target, e.g. 0,0.1 "
+                        "(default: not searched; each trial keeps model.source_word_dropout and "
+                        "model.target_word_dropout of the config)")
     parser.add_argument("--hyperband-factor", type=int, default=3, help="Hyperband's reduction factor")
     parser.add_argument("--strategy", choices=("auto", "default", "mirrored"), default=None,
                         help="distribution strategy (default: train.strategy of the config)")
@@ -104,10 +108,12 @@ def early_tune(args: argparse.Namespace) -> None:
         space.d_ff = _int_list(args.d_ff, "--d-ff")
     if args.dropout:
         space.dropout = _float_list(args.dropout, "--dropout")
+    if args.word_dropout:
+        space.word_dropout = _float_list(args.word_dropout, "--word-dropout")
     try:
         args._space = space.validate(args._cfg.model.d_model)
     except ConfigError as e:
-        raise UserError(f"{e} (from --heads/--layers/--d-ff/--dropout)") from None
+        raise UserError(f"{e} (from --heads/--layers/--d-ff/--dropout/--word-dropout)") from None
 
 
 def run_tune(args: argparse.Namespace) -> int:

@@ -16,7 +16,8 @@ The hypermodel is an ordinary ``keras_tuner.HyperModel``: hand it to any tuner::
 What a trial is:
 
 * ``build(hp)`` chooses ``num_heads`` (with ``d_k = d_v = d_model / h``), ``num_layers``,
-  ``d_ff`` and ``dropout`` (``hp.Choice`` over the :class:`SearchSpace`), builds the
+  ``d_ff`` and ``dropout`` (``hp.Choice`` over the :class:`SearchSpace`; also ``word_dropout``,
+  one rate for both sides, when the space gives it values), builds the
   Transformer of the config with those values and returns it wrapped in the training
   module's :class:`~tf_transformer.training.trainer.TrainingModel` (the paper's
   token-weighted label-smoothed loss, logs ``loss``/``perplexity``/``accuracy``), compiled
@@ -129,14 +130,11 @@ class TransformerHyperModel(kt.HyperModel):
 
     # -- the search space --------------------------------------------------------------
     def declare(self, hp) -> dict:
-        """Register the four hyper-parameters on ``hp``; returns their values for this trial."""
-        s = self.search_space
-        return {
-            "num_heads": hp.Choice("num_heads", [int(v) for v in s.num_heads], ordered=True),
-            "num_layers": hp.Choice("num_layers", [int(v) for v in s.num_layers], ordered=True),
-            "d_ff": hp.Choice("d_ff", [int(v) for v in s.d_ff], ordered=True),
-            "dropout": hp.Choice("dropout", [float(v) for v in s.dropout], ordered=True),
-        }
+        """Register the searched hyper-parameters on ``hp`` (the four, and ``word_dropout`` when the
+        space has it); returns their values for this trial."""
+        kinds = {"num_heads": int, "num_layers": int, "d_ff": int, "dropout": float, "word_dropout": float}
+        return {name: hp.Choice(name, [kinds[name](v) for v in values], ordered=True)
+                for name, values in self.search_space.searched().items()}
 
     def trial_config(self, values: dict) -> Config:
         """The config of one trial: the hypermodel's config with the searched model fields."""
@@ -148,6 +146,9 @@ class TransformerHyperModel(kt.HyperModel):
         cfg.model = dataclasses.replace(cfg.model, num_heads=h, key_dim=d // h, value_dim=d // h,
                                         num_layers=int(values["num_layers"]), d_ff=int(values["d_ff"]),
                                         dropout=float(values["dropout"]))
+        if values.get("word_dropout") is not None:  # one rate for both sides
+            rate = float(values["word_dropout"])
+            cfg.model = dataclasses.replace(cfg.model, source_word_dropout=rate, target_word_dropout=rate)
         cfg.validate(require_vocab=False)
         return cfg
 

@@ -45,7 +45,8 @@ ALGORITHMS = ("random", "hyperband")
 #: Columns of the results table: (key, header).
 COLUMNS = (
     ("trial", "trial"), ("status", "status"), ("num_heads", "h"), ("key_dim", "d_k=d_v"),
-    ("num_layers", "N"), ("d_ff", "d_ff"), ("dropout", "P_drop"), ("epochs", "epochs"), ("steps", "steps"),
+    ("num_layers", "N"), ("d_ff", "d_ff"), ("dropout", "P_drop"), ("word_dropout", "P_word"),
+    ("epochs", "epochs"), ("steps", "steps"),
     ("params_m", "params (M)"), ("objective", "objective"), ("val_loss", "val_loss"),
     ("val_perplexity", "val_perplexity"), ("val_accuracy", "val_accuracy"), ("val_bleu", "val_bleu"),
     ("train_minutes", "minutes"),
@@ -103,6 +104,7 @@ def trial_rows(tuner, d_model: Optional[int] = None) -> list[dict]:
             "num_layers": hp.get("num_layers"),
             "d_ff": hp.get("d_ff"),
             "dropout": hp.get("dropout"),
+            "word_dropout": hp.get("word_dropout"),
             # epochs trained (Hyperband's bracket budget; else what fit reported: trials of older
             # versions recorded only the best epoch's number)
             "epochs": hp.get("tuner/epochs", _metric(trial, "epochs") or _metric(trial, "epoch")),
@@ -123,7 +125,7 @@ def _fmt(key, value) -> str:
         return ""
     if key in ("num_heads", "key_dim", "num_layers", "d_ff", "epochs", "steps"):
         return str(int(value))
-    if key == "dropout":
+    if key in ("dropout", "word_dropout"):
         return f"{float(value):g}"
     if key in ("params_m",):
         return f"{value:.2f}"
@@ -295,7 +297,7 @@ def run_search(config: Config, output_dir, *, algorithm: str = "random", max_tri
     hypermodel.validation_steps_for(hypermodel.config, strategy)  # an empty validation split: said now, once
     space = hypermodel.search_space
     identity = {"algorithm": algorithm, "objective": objective,  # a reordered value list is the same space
-                "search_space": {k: sorted(v) for k, v in dataclasses.asdict(space).items()},
+                "search_space": {k: sorted(v) for k, v in space.searched().items()},
                 "steps_per_trial": steps_per_trial, "steps_per_epoch": steps_per_epoch,
                 "minutes_per_trial": minutes_per_trial, "hyperband_factor": hyperband_factor,
                 "bleu": bleu, "bleu_sentences": bleu_sentences,

@@ -37,8 +37,8 @@ def mean_probabilities(logits: Sequence[tf.Tensor]) -> tf.Tensor:
     Each member's log-softmax ``l_m``, then ``c + log(sum_m exp(l_m - c))`` with ``c`` the
     elementwise maximum over the members: exact for every token, however improbable (no
     ``exp`` underflows to a ``log(0)``), and without stacking the members into one
-    ``[M, ..., vocab]`` tensor first (a copy, and passes ``tf.reduce_logsumexp`` over it would
-    add: 1.3-1.5x slower on ``[640, 10000]``; the same values for two members)."""
+    ``[M, ..., vocab]`` tensor first (a copy, then ``tf.reduce_logsumexp``'s passes over it: the
+    same values for two members, in more time; ``tools/bench/ensemble_overhead.py``)."""
     log_probs = [tf.nn.log_softmax(tf.cast(x, tf.float32), axis=-1) for x in logits]
     if len(log_probs) == 1:
         return log_probs[0]

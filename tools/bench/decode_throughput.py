@@ -373,6 +373,15 @@ def cache_speedup(model, tok, sources, args):
     return results
 
 
+def print_and_write(figures: dict, json_path=None, leading_newline: bool = False) -> int:
+    """The end of a decoding benchmark: print ``figures["machine"]``, write every figure to
+    ``json_path`` when given; returns the exit code 0."""
+    print(f"{chr(10) if leading_newline else ''}machine: {figures['machine']}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(figures, indent=1))
+    return 0
+
+
 def machine() -> dict:
     import tensorflow as tf
 

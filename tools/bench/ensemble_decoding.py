@@ -17,7 +17,6 @@ ensemble's decoding time against its members'.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from decode_throughput import load, machine, model_parser, parse_model_arguments  # noqa: E402
+from decode_throughput import load, machine, model_parser, parse_model_arguments, print_and_write  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -103,10 +102,7 @@ def main(argv=None) -> int:
     ensemble_seconds = next(r for r in figures["systems"][together]["test"] if r["alpha"] == first)["seconds"]
     print(f"\nthe ensemble's decoding time at alpha {first:g}: {ensemble_seconds / sum(single):.2f}x its members' "
           f"added up ({ensemble_seconds} s against {' + '.join(map(str, single))} s)")
-    print(f"machine: {figures['machine']}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1))
-    return 0
+    return print_and_write(figures, args.json)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ translations.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import statistics
@@ -27,7 +26,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from decode_throughput import cpu_seconds, load, machine, model_parser, parse_model_arguments  # noqa: E402
+from decode_throughput import cpu_seconds, load, machine, model_parser, parse_model_arguments, print_and_write  # noqa: E402
 
 
 def stacked_mixture(logits):
@@ -106,10 +105,7 @@ def main(argv=None) -> int:
     print(f"\nthe same translations both ways: {same} of {len(now)}")
     figures = {"command": sys.argv, "what": what, "rounds": rounds, "medians": medians, "same_translations": same,
                "sentences": len(sources), "machine": machine()}
-    print(f"machine: {figures['machine']}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1))
-    return 0
+    return print_and_write(figures, args.json)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ and MBR choice together, the candidates decoded once for all utilities; the MBR 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -32,7 +31,7 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from decode_throughput import load, machine, model_parser, parse_model_arguments  # noqa: E402
+from decode_throughput import load, machine, model_parser, parse_model_arguments, print_and_write  # noqa: E402
 
 #: The sampled candidates: all tokens, the nucleus of 0.9, epsilon 0.02 (Freitag et al., 2023).
 SAMPLING = {"all": ("all tokens", {}), "nucleus": ("nucleus 0.9", {"top_p": 0.9}),
@@ -116,10 +115,7 @@ def main(argv=None) -> int:
         last = by_split[splits[-1]]
         extra = f"; {last['mbr_choice_seconds']}" if "mbr_choice_seconds" in last else ""
         print(f"| {name} | {' | '.join(cells)} | {last['seconds']}{extra} |")
-    print(f"\nmachine: {figures['machine']}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1))
-    return 0
+    return print_and_write(figures, args.json, leading_newline=True)
 
 
 if __name__ == "__main__":

@@ -40,8 +40,6 @@ def mean_probabilities(logits: Sequence[tf.Tensor]) -> tf.Tensor:
     ``[M, ..., vocab]`` tensor first (a copy, then ``tf.reduce_logsumexp``'s passes over it: the
     same values for two members, in more time; ``tools/bench/ensemble_overhead.py``)."""
     log_probs = [tf.nn.log_softmax(tf.cast(x, tf.float32), axis=-1) for x in logits]
-    if len(log_probs) == 1:
-        return log_probs[0]
     top = log_probs[0]
     for other in log_probs[1:]:
         top = tf.maximum(top, other)

@@ -36,6 +36,13 @@ __all__ = [
 ]
 
 
+def outputs_log_probabilities(model) -> bool:
+    """Whether ``model`` returns log-probabilities where a Transformer returns logits (an
+    :class:`~tf_transformer.decoding.ensemble.Ensemble`): decoding and scoring then take no
+    log-softmax of them."""
+    return bool(getattr(model, "outputs_log_probabilities", False))
+
+
 def model_limit(model) -> int:
     """Longest source and longest output the model takes: ``model.max_length``."""
     return int(model.max_length)
@@ -261,7 +268,7 @@ def translate_batch(
     batch = tf.shape(source_ids)[0]
     initial_ids = tf.fill([batch], tf.constant(bos_id, tf.int32))
     never = tuple(i for i in (pad_id, bos_id) if i != eos_id)  # ids that are no output's tokens
-    normalized = bool(getattr(model, "outputs_log_probabilities", False))  # an ensemble's mixture
+    normalized = outputs_log_probabilities(model)
     if sampling is not None and beam_size > 1:
         raise UserError(f"sampling draws one token at a time: it needs beam_size=1, not {beam_size}")
     if beam_size <= 1:
@@ -300,7 +307,7 @@ def score_batch(model, source_ids, target_input_ids, target_output_ids) -> tuple
     pad_id = int(getattr(model, "pad_id", 0))
     labels = tf.cast(target_output_ids, tf.int32)
     outputs = model((tf.cast(source_ids, tf.int32), tf.cast(target_input_ids, tf.int32)), training=False)
-    log_probs = step_log_probs(outputs, (), bool(getattr(model, "outputs_log_probabilities", False)))
+    log_probs = step_log_probs(outputs, (), outputs_log_probabilities(model))
     token_log_probs = tf.gather(log_probs, labels, batch_dims=2)
     real = tf.not_equal(labels, pad_id)
     return (tf.reduce_sum(tf.where(real, token_log_probs, 0.0), axis=1),

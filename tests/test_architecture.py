@@ -144,10 +144,14 @@ def compiled_files(tmp_path_factory):
     "from tf_transformer.training.losses import TokenAccuracy",
     "from tf_transformer.training import make_optimizer",
     "import tf_transformer.training.trainer",
+    # a probe for Keras before its import (TensorFlow's own import makes one) must not use up the hook
+    "import tf_transformer\nimport importlib.util\nassert importlib.util.find_spec('keras')",
+    "import tf_transformer\nimport tensorflow",
 ])
 def test_any_first_import_works_and_registers_the_model_with_keras(first_import, compiled_files):
     """Each import order in a fresh interpreter (Keras not yet loaded): the package's hook runs when
-    ``import keras`` finishes, possibly inside a half-built module of ours; the import must succeed and
+    ``import keras`` finishes (not when something only looks Keras up), possibly inside a half-built
+    module of ours; the import must succeed and
     ``.keras`` files of the model, of a compiled model and of the training wrapper must then load with
     plain ``keras.saving.load_model``."""
     compiled, trainer = compiled_files

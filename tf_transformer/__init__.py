@@ -51,19 +51,26 @@ class _RegisterAfterKeras:
 
     Until then it also watches the imports of the package's own modules: when Keras is first
     imported from inside one of them, the registration runs once the outermost of them has
-    finished loading instead."""
+    finished loading instead.
+
+    A spec found for ``keras`` is not yet an import: ``importlib.util.find_spec("keras")`` only
+    asks where Keras is (TensorFlow's ``import tensorflow`` does so before it imports Keras), and
+    the import that follows finds the spec again. So the finder stays in ``sys.meta_path`` until
+    Keras' module has actually been executed through a spec it patched."""
+
+    def __init__(self):
+        self._searching = False
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "keras" and not fullname.startswith("tf_transformer."):
+        if self._searching or (fullname != "keras" and not fullname.startswith("tf_transformer.")):
             return None
         import importlib.util
 
-        sys.meta_path.remove(self)  # find the real spec without coming back here
+        self._searching = True  # find the real spec without coming back here
         try:
             spec = importlib.util.find_spec(fullname)
         finally:
-            if fullname != "keras":
-                sys.meta_path.insert(0, self)  # still waiting for ``import keras``
+            self._searching = False
         loader = getattr(spec, "loader", None)
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
@@ -72,6 +79,8 @@ class _RegisterAfterKeras:
         if fullname == "keras":
             def exec_module(module):
                 run(module)
+                if self in sys.meta_path:
+                    sys.meta_path.remove(self)
                 _register_with_keras()
         else:
             def exec_module(module):

@@ -399,7 +399,9 @@ def test_attention_mask_of_rank_two_is_refused():
     would mask the wrong keys: it is refused with the shapes that work."""
     mha = MultiHeadAttention(2, 4)
     x = np.ones((3, 3, 8), "float32")
-    with pytest.raises(ValueError, match=r"attention_mask must be \[batch, q_length, k_length\].*got shape \(3, 3\)"):
+    refused = (r"attention_mask must be \[batch, q_length, k_length\].*got shape \(3, 3\)"
+               r".*causal_mask\(length\)\) mask\[None\]")
+    with pytest.raises(ValueError, match=refused):
         mha(x, attention_mask=np.ones((3, 3), bool))
     padding = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1]], bool)
     masked = np.asarray(mha(x + np.arange(3, dtype="float32")[None, :, None], attention_mask=padding[:, None, :]))
@@ -445,3 +447,22 @@ def test_length_one_sequences_raise_no_softmax_warning():
         logits = model((np.array([[7]]), np.array([[2]])))
     assert tuple(logits.shape) == (1, 1, 50)
     assert not [w for w in caught if "softmax" in str(w.message)], [str(w.message) for w in caught]
+
+
+def test_decoder_layer_is_causal_without_a_mask():
+    """A ``DecoderLayer`` called without ``self_mask`` masks its self-attention causally (the
+    paper's masked self-attention): a change at position 3 leaves positions 0-2 as they were, the
+    weights above the diagonal are 0, and the output equals that with ``causal_mask`` given."""
+    layer = DecoderLayer(num_heads=2, key_dim=4, d_ff=16)
+    rng = np.random.default_rng(3)
+    x, memory = rng.normal(size=(2, 5, 8)).astype("float32"), rng.normal(size=(2, 4, 8)).astype("float32")
+    out, (self_weights, _) = layer(x, memory, return_attention_scores=True)
+    changed = x.copy()
+    changed[:, 3] += 10.0
+    np.testing.assert_allclose(np.asarray(layer(changed, memory))[:, :3], np.asarray(out)[:, :3], atol=1e-5)
+    assert np.abs(np.asarray(layer(changed, memory))[:, 3] - np.asarray(out)[:, 3]).max() > 1e-2
+    np.testing.assert_array_equal(np.triu(np.asarray(self_weights), k=1), 0.0)
+    explicit = layer(x, memory, self_mask=causal_mask(5)[None, None])
+    np.testing.assert_allclose(np.asarray(explicit), np.asarray(out), atol=1e-6)
+    full = layer(x, memory, self_mask=np.ones((1, 1, 5, 5), bool))  # a given mask replaces the causal one
+    assert np.abs(np.asarray(full)[:, 0] - np.asarray(out)[:, 0]).max() > 1e-3

@@ -141,8 +141,10 @@ class MultiHeadAttention(AttentionScoresSpec, keras.layers.Layer):
         query: ``[batch, q_length, d_model]``.
         value: ``[batch, k_length, d_model]`` (keys and values come from it); defaults to
             ``query`` (self-attention).
-        attention_mask: boolean, broadcastable to ``[batch, q_length, k_length]`` (or
-            ``[batch, heads, q_length, k_length]``); ``True`` = may attend.
+        attention_mask: boolean, ``True`` = may attend: rank 3, ``[batch, q_length, k_length]``,
+            or rank 4, ``[batch, heads, q_length, k_length]``, where axes of size 1 broadcast
+            (``causal_mask(T)[None]``, ``padding[:, None, :]``). A rank-2 mask is refused: a
+            ``[q_length, k_length]`` and a ``[batch, k_length]`` mask cannot be told apart.
         return_attention_scores: also return the ``[batch, heads, q_length, k_length]``
             weights.
 
@@ -241,7 +243,8 @@ class MultiHeadAttention(AttentionScoresSpec, keras.layers.Layer):
                 raise ValueError(
                     f"{self.name}: attention_mask must be [batch, q_length, k_length] or [batch, heads, "
                     f"q_length, k_length] (True = may attend), got shape {tuple(mask.shape)}; a padding mask "
-                    "[batch, k_length] of real tokens becomes mask[:, None, :]")
+                    "[batch, k_length] of real tokens becomes mask[:, None, :], a [q_length, k_length] mask "
+                    "(e.g. causal_mask(length)) mask[None]")
         context, weights = scaled_dot_product_attention(
             query, key, value, mask=mask, dropout=self.attention_dropout, training=training)
         return self.combine_heads(context), weights

@@ -26,7 +26,9 @@ class DecoderLayer(SublayerSettings):
         x: ``[batch, target_length, d_model]``.
         memory: encoder output ``[batch, source_length, d_model]``.
         self_mask: bool, broadcastable to ``[batch, 1, target_length, target_length]``
-            (causal and target padding).
+            (causal and target padding; ``True`` = may attend). ``None`` (the default): the
+            causal mask alone, position ``i`` attending to positions ``j <= i``, as the paper's
+            masked self-attention does; a given mask replaces it (pass one that is causal).
         memory_mask: ``[batch, source_length]`` bool, True for real source tokens.
         return_attention_scores: also return ``(self_weights, cross_weights)``.
 
@@ -70,6 +72,8 @@ class DecoderLayer(SublayerSettings):
         return x, weights
 
     def call(self, x, memory, self_mask=None, memory_mask=None, return_attention_scores=False, training=None):
+        if self_mask is None:
+            self_mask = causal_mask(ops.shape(x)[1])[None, None]
         y, self_weights = self.self_attention(x, x, attention_mask=self_mask, return_attention_scores=True,
                                               training=training)
         x = self._residual(x, y, self.self_attention_norm, training)

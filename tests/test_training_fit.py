@@ -386,6 +386,60 @@ def test_training_step_is_the_gradient_of_the_token_mean_loss():
 
 
 
+def test_sample_weights_in_fit_and_evaluate():
+    """Keras' sample weights, in ``TrainingModel.fit`` and in a Transformer compiled with the
+    package's loss and metrics: weights of 1 change nothing, weights [1, 1, 0, 0] train and
+    evaluate as the first two sentences alone (the same update, the same logs), and
+    ``target_tokens_seen`` still counts every real token processed."""
+    import keras
+
+    from tf_transformer.model import Transformer
+    from tf_transformer.training import TrainingModel
+    from tf_transformer.training.losses import LabelSmoothedCrossEntropy, Perplexity, TokenAccuracy
+
+    rng = np.random.default_rng(6)
+    src, tgt = rng.integers(4, 30, (4, 6)), rng.integers(4, 30, (4, 7))
+    tgt[1, 5:] = 0
+    x, y = (src, tgt[:, :-1]), tgt[:, 1:]
+    half = np.array([1.0, 1.0, 0.0, 0.0], "float32")
+
+    def trainer():
+        keras.utils.set_random_seed(5)
+        model = TrainingModel(Transformer(30, d_model=16, num_layers=1, num_heads=2, d_ff=32, dropout=0.0),
+                              label_smoothing=0.1, nominal_tokens=16)
+        model.build()
+        model.compile(optimizer=keras.optimizers.SGD(0.5))
+        return model
+
+    weighted, alone, ones = trainer(), trainer(), trainer()
+    logs_w = weighted.fit(x, y, sample_weight=half, batch_size=4, epochs=1, verbose=0).history
+    logs_a = alone.fit((src[:2], tgt[:2, :-1]), y[:2], batch_size=4, epochs=1, verbose=0).history
+    ones.fit(x, y, sample_weight=np.ones(4, "float32"), batch_size=4, epochs=1, verbose=0)
+    plain = trainer()
+    plain.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    assert logs_w["loss"][0] == pytest.approx(logs_a["loss"][0], rel=1e-5)
+    assert logs_w["accuracy"][0] == pytest.approx(logs_a["accuracy"][0], rel=1e-6)
+    for a, b in zip(weighted.weights, alone.weights):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+    for a, b in zip(ones.weights, plain.weights):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+    assert weighted.target_tokens_seen() == float(np.sum(y != 0))
+    assert weighted.evaluate(x, y, sample_weight=half, batch_size=4, verbose=0, return_dict=True)["loss"] == \
+        pytest.approx(weighted.evaluate((src[:2], tgt[:2, :-1]), y[:2], verbose=0, return_dict=True)["loss"], rel=1e-5)
+
+    keras.utils.set_random_seed(5)
+    model = Transformer(30, d_model=16, num_layers=1, num_heads=2, d_ff=32, dropout=0.0)
+    # Keras gives sample weights to the loss and to ``weighted_metrics`` (``metrics`` are unweighted)
+    model.compile(optimizer="sgd", loss=LabelSmoothedCrossEntropy(0.1),
+                  weighted_metrics=[TokenAccuracy(), Perplexity()])
+    every = model.evaluate(x, y, batch_size=4, verbose=0, return_dict=True)
+    first_two = model.evaluate((src[:2], tgt[:2, :-1]), y[:2], batch_size=4, verbose=0, return_dict=True)
+    for given, want in ((np.ones(4, "float32"), every), (half, first_two)):
+        got = model.evaluate(x, y, sample_weight=given, batch_size=4, verbose=0, return_dict=True)
+        for key in ("loss", "accuracy", "perplexity"):
+            assert got[key] == pytest.approx(want[key], rel=1e-5), key
+
+
 def test_training_model_saves_to_keras_and_resumes_equal(tmp_path):
     """``TrainingModel`` round-trips through ``.keras`` (what ``ModelCheckpoint("x.keras")`` writes
     at each epoch's end): settings, weights and optimizer state come back equal, and one more

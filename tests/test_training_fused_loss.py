@@ -137,3 +137,33 @@ def test_fused_statistics_finite_when_the_gold_probability_underflows():
     ref = reference_statistics(np.array([[2]], "int32"), logits, 0.1, 0)
     np.testing.assert_allclose(float(fused["nll_sum"]), 250.0, rtol=1e-6)
     np.testing.assert_allclose(float(fused["loss_sum"]), float(ref["loss_sum"]), rtol=1e-5)
+
+
+def test_fused_paths_with_token_weights_match_the_reference():
+    """Per-token weights (Keras' sample weights) scale every sum and its gradient alike in the
+    fused statistics, the fused tied head and the keras.ops reference."""
+    from tf_transformer.ops.loss import fused_tied_head_statistics
+
+    rng = np.random.default_rng(5)
+    hidden = tf.constant(rng.normal(size=(3, 5, 8)).astype("float32"))
+    table = tf.Variable(rng.normal(size=(13, 8)).astype("float32"))
+    targets = rng.integers(1, 13, size=(3, 5)).astype("int32")
+    targets[0, 3:] = 0
+    token_weights = tf.constant(rng.uniform(0.0, 2.0, size=(3, 5)).astype("float32"))
+    objective = {"loss_sum": 0.7, "nll_sum": -1.3}
+    logits_of = lambda: tf.matmul(hidden, table, transpose_b=True)  # noqa: E731
+    ref = _head_run(lambda: reference_statistics(targets, logits_of(), 0.1, 0, token_weights),
+                    targets, hidden, table, objective)
+    head = _head_run(lambda: fused_tied_head_statistics(targets, hidden, table, 0.1, 0, token_weights),
+                     targets, hidden, table, objective)
+    fused = _head_run(lambda: _fused_statistics(targets, logits_of(), 0.1, 0, token_weights),
+                      targets, hidden, table, objective)
+    unweighted = reference_statistics(targets, logits_of(), 0.1, 0)
+    assert abs(float(ref[0]["loss_sum"]) - float(unweighted["loss_sum"])) > 1e-2  # the weights matter
+    np.testing.assert_allclose(float(ref[0]["tokens"]), float(tf.reduce_sum(token_weights * (targets != 0))),
+                               rtol=1e-6)
+    for got in (head, fused):
+        for key in ("loss_sum", "nll_sum", "correct", "tokens"):
+            np.testing.assert_allclose(float(got[0][key]), float(ref[0][key]), rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(got[1], ref[1], atol=1e-5)
+        np.testing.assert_allclose(got[2], ref[2], atol=1e-5)

@@ -23,13 +23,21 @@ def _pick(matrix, index, batch_dims: int):
     return tf.gather(matrix, index[..., None], batch_dims=batch_dims)[..., 0]
 
 
-def fused_token_statistics(targets, logits, epsilon: float, pad_id: int):
+def _weighted_mask(targets, pad_id: int, weights):
+    """float32 ``1`` at real tokens (``targets != pad_id``), ``0`` at padding; times ``weights``
+    (float, ``targets``' shape) when given."""
+    mask = tf.cast(tf.not_equal(targets, pad_id), tf.float32)
+    return mask if weights is None else mask * tf.cast(weights, tf.float32)
+
+
+def fused_token_statistics(targets, logits, epsilon: float, pad_id: int, weights=None):
     """``token_statistics`` (:mod:`tf_transformer.training.losses`) of ``logits`` with a
-    closed-form gradient; see the module docstring."""
+    closed-form gradient; see the module docstring. ``weights``: per-token weights
+    (``targets``' shape) that scale every sum, ``tokens`` included."""
     logits = tf.cast(logits, tf.float32)
     targets = tf.cast(targets, tf.int32)
     vocab_size = int(logits.shape[-1])
-    mask = tf.cast(tf.not_equal(targets, pad_id), tf.float32)
+    mask = _weighted_mask(targets, pad_id, weights)
     confidence, low = smoothing_weights(epsilon, vocab_size)
     entropy = smoothing_entropy(epsilon, vocab_size)
     safe_targets = tf.clip_by_value(targets, 0, vocab_size - 1)
@@ -72,9 +80,10 @@ def fused_token_statistics(targets, logits, epsilon: float, pad_id: int):
     return {"loss_sum": loss_sum, "nll_sum": nll_sum, "correct": correct, "tokens": tf.reduce_sum(mask)}
 
 
-def fused_tied_head_statistics(targets, hidden, table, epsilon: float, pad_id: int):
+def fused_tied_head_statistics(targets, hidden, table, epsilon: float, pad_id: int, weights=None):
     """``tied_head_statistics`` (:mod:`tf_transformer.training.losses`) with the projection
-    folded into the gradient.
+    folded into the gradient. ``weights``: as in :func:`fused_token_statistics` (the mask
+    ``m_i`` below is then the token's weight, 0 at padding).
 
     Only two passes go over the ``[tokens, vocab]`` logits: ``P = softmax(logits)`` and the
     argmax (for the accuracy). ``lse`` comes from the argmax ``k``:
@@ -93,7 +102,7 @@ def fused_tied_head_statistics(targets, hidden, table, epsilon: float, pad_id: i
     table = tf.convert_to_tensor(table)
     vocab_size, d_model = int(table.shape[0]), int(table.shape[1])
     flat_targets = tf.reshape(tf.cast(targets, tf.int32), [-1])
-    mask = tf.cast(tf.not_equal(flat_targets, pad_id), tf.float32)
+    mask = _weighted_mask(flat_targets, pad_id, None if weights is None else tf.reshape(weights, [-1]))
     safe_targets = tf.clip_by_value(flat_targets, 0, vocab_size - 1)
     confidence, low = smoothing_weights(epsilon, vocab_size)
     entropy = smoothing_entropy(epsilon, vocab_size)

@@ -46,7 +46,7 @@ from keras import ops
 from tf_transformer.ops.smoothing import smoothing_entropy  # noqa: F401 (public here too)
 
 
-def token_statistics(targets, logits, epsilon: float = 0.0, pad_id: int = 0):
+def token_statistics(targets, logits, epsilon: float = 0.0, pad_id: int = 0, weights=None):
     """Per-batch sums for the loss and the metrics.
 
     Same values and gradients on every backend; with TensorFlow the gradient is the closed
@@ -57,25 +57,47 @@ def token_statistics(targets, logits, epsilon: float = 0.0, pad_id: int = 0):
         logits: float ``[batch, length, vocab]`` (cast to float32).
         epsilon: label smoothing ``eps_ls``.
         pad_id: padding id; those positions count nowhere.
+        weights: optional float per-token weights ``[batch, length]`` (see
+            :func:`token_weights`): each real token's terms, and its count in ``tokens``, are
+            multiplied by its weight, so ratios of the sums are weighted means.
 
     Returns:
         dict of float32 scalars: ``loss_sum`` (smoothed loss summed over real tokens),
         ``nll_sum`` (unsmoothed negative log-likelihood), ``correct`` (argmax hits) and
-        ``tokens`` (number of real tokens).
+        ``tokens`` (number of real tokens; with ``weights``, the sum of their weights).
     """
     if keras.backend.backend() == "tensorflow" and logits.shape[-1] is not None:
         from tf_transformer.ops.loss import fused_token_statistics
 
-        return fused_token_statistics(targets, logits, epsilon, pad_id)
-    return reference_statistics(targets, logits, epsilon, pad_id)
+        return fused_token_statistics(targets, logits, epsilon, pad_id, weights)
+    return reference_statistics(targets, logits, epsilon, pad_id, weights)
 
 
-def reference_statistics(targets, logits, epsilon: float = 0.0, pad_id: int = 0):
+def token_weights(sample_weight, targets):
+    """Keras' ``sample_weight`` for a batch of ``targets`` ``[batch, length]`` as per-token
+    weights (float32 ``[batch, length]``), or ``None`` for ``None``: one weight per sentence
+    (``[batch]`` or ``[batch, 1]``, given to each of its tokens) or one per token (``[batch,
+    length]``)."""
+    if sample_weight is None:
+        return None
+    weights = ops.cast(sample_weight, "float32")
+    rank, shape = len(weights.shape), tuple(weights.shape)
+    if rank == 1 or (rank == 2 and shape[1] == 1):
+        return ops.broadcast_to(ops.reshape(weights, (-1, 1)), ops.shape(targets))
+    if rank == 2 and (shape[1] is None or targets.shape[1] is None or shape[1] == targets.shape[1]):
+        return weights
+    raise ValueError(f"sample_weight of shape {shape} for targets of shape {tuple(targets.shape)}: expected "
+                     "one weight per sentence ([batch]) or per target token ([batch, length])")
+
+
+def reference_statistics(targets, logits, epsilon: float = 0.0, pad_id: int = 0, weights=None):
     """:func:`token_statistics` in plain ``keras.ops`` (autodiff gradient, any backend)."""
     logits = ops.cast(logits, "float32")
     targets = ops.cast(targets, "int32")
     vocab_size = logits.shape[-1]
     mask = ops.cast(ops.not_equal(targets, pad_id), "float32")
+    if weights is not None:
+        mask = mask * ops.cast(weights, "float32")
     lse = ops.logsumexp(logits, axis=-1)
     gold_logit = ops.squeeze(ops.take_along_axis(logits, ops.expand_dims(targets, -1), axis=-1), -1)
     gold_logp = gold_logit - lse
@@ -99,7 +121,7 @@ def reference_statistics(targets, logits, epsilon: float = 0.0, pad_id: int = 0)
     }
 
 
-def tied_head_statistics(targets, hidden, table, epsilon: float = 0.0, pad_id: int = 0):
+def tied_head_statistics(targets, hidden, table, epsilon: float = 0.0, pad_id: int = 0, weights=None):
     """:func:`token_statistics` of ``logits = hidden @ table^T`` (the tied pre-softmax
     projection), computed together with that projection.
 
@@ -115,29 +137,35 @@ def tied_head_statistics(targets, hidden, table, epsilon: float = 0.0, pad_id: i
         targets: int ``[batch, length]`` gold ids (``pad_id``: no token).
         hidden: ``[batch, length, d_model]`` decoder output (any float dtype).
         table: ``[vocab, d_model]`` shared embedding table (cast to ``hidden``'s dtype).
+        weights: optional per-token weights, as in :func:`token_statistics`.
     """
     if keras.backend.backend() == "tensorflow" and table.shape[0] is not None:
         from tf_transformer.ops.loss import fused_tied_head_statistics
 
-        return fused_tied_head_statistics(targets, hidden, table, epsilon, pad_id)
+        return fused_tied_head_statistics(targets, hidden, table, epsilon, pad_id, weights)
     logits = ops.matmul(hidden, ops.transpose(ops.cast(table, hidden.dtype)))
-    return reference_statistics(targets, logits, epsilon, pad_id)
+    return reference_statistics(targets, logits, epsilon, pad_id, weights)
 
 
-def label_smoothed_loss(targets, logits, epsilon: float = 0.1, pad_id: int = 0):
-    """Mean label-smoothed loss per real target token of one batch (a float32 scalar)."""
-    stats = token_statistics(targets, logits, epsilon, pad_id)
-    return stats["loss_sum"] / ops.maximum(stats["tokens"], 1.0)
+def label_smoothed_loss(targets, logits, epsilon: float = 0.1, pad_id: int = 0, weights=None):
+    """Mean label-smoothed loss per real target token of one batch (a float32 scalar);
+    with per-token ``weights`` (:func:`token_weights`), the weighted mean
+    ``sum_t w_t loss_t / sum_t w_t`` over real tokens."""
+    stats = token_statistics(targets, logits, epsilon, pad_id, weights)
+    return ops.divide_no_nan(stats["loss_sum"], stats["tokens"])
 
 
 @keras.saving.register_keras_serializable(package="tf_transformer")
 class LabelSmoothedCrossEntropy(keras.losses.Loss):
     """Keras ``Loss`` form of :func:`label_smoothed_loss`, for ``model.compile(loss=...)``.
 
-    Returns the per-token mean of each batch. Under a distribution strategy Keras averages
-    the replicas' means, which weighs tokens slightly unevenly when replicas hold different
-    token counts; :class:`~tf_transformer.training.trainer.TrainingModel` normalizes by the
-    global token count instead.
+    Returns the per-token mean of each batch. ``sample_weight`` (``fit``'s, ``evaluate``'s, or
+    given to the call) weighs each sentence (``[batch]``) or each target token (``[batch,
+    length]``): the loss is then ``sum w loss / sum w`` over real tokens, so weights of 1 change
+    nothing and a weight of 0 leaves a sentence out. Under a distribution strategy Keras
+    averages the replicas' means, which weighs tokens slightly unevenly when replicas hold
+    different token counts; :class:`~tf_transformer.training.trainer.TrainingModel` normalizes
+    by the global token count instead.
     """
 
     def __init__(self, epsilon: float = 0.1, pad_id: int = 0, name: str = "label_smoothed_ce", **kwargs):
@@ -149,6 +177,13 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     def call(self, y_true, y_pred):
         return label_smoothed_loss(y_true, y_pred, self.epsilon, self.pad_id)
 
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        # Keras' own __call__ would reduce ``call``'s scalar with the weights (a sum of
+        # weight * batch mean): the weights go into the per-token mean instead
+        with keras.name_scope(self.name):
+            return label_smoothed_loss(y_true, y_pred, self.epsilon, self.pad_id,
+                                       token_weights(sample_weight, y_true))
+
     def get_config(self):
         config = super().get_config()
         config.update(epsilon=self.epsilon, pad_id=self.pad_id)
@@ -158,7 +193,8 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
 class _TokenRatio(keras.metrics.Metric):
     """``numerator / tokens`` accumulated over batches; padding excluded.
 
-    ``update_state(y_true, y_pred)`` works as any Keras metric; :meth:`update_totals` adds
+    ``update_state(y_true, y_pred, sample_weight=None)`` works as any Keras metric (a weight per
+    sentence or per target token: a weighted mean over real tokens); :meth:`update_totals` adds
     precomputed sums (what the trainer does with globally reduced numbers).
     """
 
@@ -175,7 +211,7 @@ class _TokenRatio(keras.metrics.Metric):
         self.count.assign_add(ops.cast(count, "float32"))
 
     def update_state(self, y_true, y_pred, sample_weight=None):
-        stats = token_statistics(y_true, y_pred, 0.0, self.pad_id)
+        stats = token_statistics(y_true, y_pred, 0.0, self.pad_id, token_weights(sample_weight, y_true))
         self.update_totals(stats[self._key], stats["tokens"])
 
     def _ratio(self):

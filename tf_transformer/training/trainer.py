@@ -48,6 +48,7 @@ from tf_transformer.training.losses import (
     TokenAccuracy,
     TokenMean,
     tied_head_statistics,
+    token_weights,
 )
 from tf_transformer.training.strategy import is_multiworker
 
@@ -89,7 +90,10 @@ class TrainingModel(compat.LocalReplicaBuild, keras.Model):
         clip_norm: clip the global gradient norm to this (``None``: no clipping).
 
     Data: ``((source_ids [batch, S], target_input_ids [batch, T]), target_output_ids [batch, T])``,
-    int, 0 = pad. Logs: ``loss`` (label-smoothed, per real target token; see
+    int, 0 = pad, optionally with a third element, Keras' sample weights: one per sentence
+    (``[batch]``) or per target token (``[batch, T]``); the loss, its gradient and the logs are
+    then means weighted by them (weights of 1 change nothing, a weight of 0 leaves a sentence
+    out). Logs: ``loss`` (label-smoothed, per real target token; see
     :mod:`~tf_transformer.training.losses`), ``perplexity`` and ``accuracy``.
 
     Build it (``trainer.build()``) and compile it under the strategy's scope before ``fit``.
@@ -155,8 +159,10 @@ class TrainingModel(compat.LocalReplicaBuild, keras.Model):
     # -- steps -------------------------------------------------------------------------
     def _track(self, stats):
         """Sum this step's token statistics over replicas, feed the metrics, return the sums
-        ``[loss_sum, nll_sum, correct, tokens]``."""
-        local = tf.stack([stats["loss_sum"], stats["nll_sum"], stats["correct"], stats["tokens"]])
+        ``[loss_sum, nll_sum, correct, tokens, real tokens]`` (``tokens``: the weighted count;
+        the real tokens as they are, for :meth:`target_tokens_seen`)."""
+        local = tf.stack([stats["loss_sum"], stats["nll_sum"], stats["correct"], stats["tokens"],
+                          stats.get("real_tokens", stats["tokens"])])
         context = tf.distribute.get_replica_context()
         total = context.all_reduce(tf.distribute.ReduceOp.SUM, local) if context is not None else local
         # Every replica adds the same global sums; ratios survive the SUM on read.
@@ -191,25 +197,30 @@ class TrainingModel(compat.LocalReplicaBuild, keras.Model):
             grads = [g / replicas for g in grads] if replicas > 1 else grads
         self.optimizer.apply(grads, variables)
 
-    def _statistics(self, source, target_input, target_output, training):
-        """Token statistics of one batch: the decoder's states and the shared table go to the
-        fused projection + loss (:func:`~tf_transformer.training.losses.tied_head_statistics`),
-        so the ``[tokens, vocab]`` logits are made once and passed over twice (softmax, argmax)."""
+    def _statistics(self, data, training):
+        """Token statistics of one batch (``data`` as ``fit`` gives it, with or without sample
+        weights): the decoder's states and the shared table go to the fused projection + loss
+        (:func:`~tf_transformer.training.losses.tied_head_statistics`), so the ``[tokens,
+        vocab]`` logits are made once and passed over twice (softmax, argmax)."""
+        (source, target_input), target_output, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         hidden = self.transformer.hidden_states((source, target_input), training=training)
-        return tied_head_statistics(target_output, hidden, self.transformer.output_table,
-                                    self.label_smoothing, self.pad_id)
+        weights = token_weights(sample_weight, target_output)
+        stats = tied_head_statistics(target_output, hidden, self.transformer.output_table,
+                                     self.label_smoothing, self.pad_id, weights)
+        if weights is not None:
+            stats["real_tokens"] = tf.reduce_sum(tf.cast(tf.not_equal(target_output, self.pad_id), tf.float32))
+        return stats
 
     def train_step(self, data):
-        (source, target_input), target_output = data
         variables = self.trainable_variables
         with tf.GradientTape() as tape:
-            stats = self._statistics(source, target_input, target_output, training=True)
+            stats = self._statistics(data, training=True)
             loss = stats["loss_sum"] / self.nominal_tokens
             loss = self.optimizer.scale_loss(loss)
         grads = tape.gradient(loss, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         grads = [tf.convert_to_tensor(g) for g in grads]
         total = self._track(stats)
-        self._counter.tokens.assign_add(total[3])
+        self._counter.tokens.assign_add(total[4])
         if self.accumulation_steps == 1:
             factor = self.nominal_tokens / tf.maximum(total[3], 1.0)
             self._apply([g * factor for g in grads])
@@ -250,8 +261,7 @@ class TrainingModel(compat.LocalReplicaBuild, keras.Model):
         tf.distribute.get_replica_context().merge_call(cross_replica, args=(boundary,))
 
     def test_step(self, data):
-        (source, target_input), target_output = data
-        self._track(self._statistics(source, target_input, target_output, training=False))
+        self._track(self._statistics(data, training=False))
         return self._logs()
 
 

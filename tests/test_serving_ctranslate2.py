@@ -151,8 +151,8 @@ def test_n_best_lists_and_sampling_on_ctranslate2(exported, tiny, sources):
     0, and mostly agree with ours (the third hypothesis less often: our search runs on until no
     live hypothesis can displace it and then mostly finds a better one, CTranslate2's stops at
     the beam-th ending; 14 of 120 lists differed, 12 only there); its sampling is
-    reproducible for a seed, differs for another, and at a near-zero temperature or
-    with a nucleus of one token is greedy."""
+    reproducible for a seed (whatever the translator drew before), differs for another, and at
+    a near-zero temperature or with a nucleus of one token is greedy."""
     model, tok = tiny
     ours = Translator(model, tok, beam_size=4, alpha=0.0, n_best=3, stop_rule="beam_finished")
     theirs = CT2Translator(exported, tok, beam_size=4, alpha=0.0, n_best=3)
@@ -175,6 +175,12 @@ def test_n_best_lists_and_sampling_on_ctranslate2(exported, tiny, sources):
     assert all(len(x) == 3 and sc == sorted(sc, reverse=True) for x, sc in zip(samples, sample_scores))
     assert sum(len({tuple(h) for h in x}) > 1 for x in samples) >= 0.2 * len(sources)
     assert sum(x != y for x, y in zip(draw(1, top_p=0.5), first)) >= 1
+    # the draws depend on the seed and the batch only, not on what the translator drew before
+    # (CTranslate2 seeds a worker's generator once; a resumed run starts in a new process)
+    again = CT2Translator(exported, tok, beam_size=1, sample=True, seed=1, batch_size=16)
+    assert again.translate_ids(sources)[0] == first and again.translate_ids(sources)[0] == first
+    fresh = CT2Translator(exported, tok, beam_size=1, sample=True, seed=1, batch_size=16)
+    assert again.translate_ids(sources[:5])[0] == fresh.translate_ids(sources[:5])[0]
     with pytest.raises(UserError, match="sample=True draws one token at a time"):
         CT2Translator(exported, tok, beam_size=4, sample=True)
     with pytest.raises(UserError, match="epsilon=0.02: CTranslate2's sampler has no epsilon cut"):

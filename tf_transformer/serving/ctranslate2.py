@@ -55,6 +55,7 @@ Decoding differences, and what :class:`CT2Translator` does about them:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -311,10 +312,12 @@ class CT2Translator:
       n_best, sample, top_k, top_p, temperature, seed: as for ``Translator`` (``epsilon`` > 0 is
         refused: CTranslate2 has no such cut; n-best lists, and
         ``n_best`` samples, from CTranslate2's ``num_hypotheses``: its samples come sorted by
-        score, not in the order drawn; sampling from its own random sampler, seeded with
-        ``ctranslate2.set_random_seed(seed)`` before each call: reproducible for the same input
-        and ``batch_size``, but not the same draws as ``Translator``'s, and a sentence's draws
-        depend on the batch it is in: :attr:`draws_per_batch`).
+        score, not in the order drawn; sampling from its own random sampler: each batch is
+        drawn by a CTranslate2 translator made afresh for it, seeded from ``seed`` and the
+        batch's ids, so that the draws depend on them only (reproducible for the same input and
+        ``batch_size``, whatever came before, as a resumed run needs), but they are not
+        ``Translator``'s draws, and a sentence's draws depend on the batch it is in:
+        :attr:`draws_per_batch`).
 
     Example::
 
@@ -359,9 +362,16 @@ class CT2Translator:
         self.limit = int(info["max_length"])
         self.pieces = tokenizer.id_to_piece(range(tokenizer.vocab_size))
         self.piece_ids = {p: i for i, p in enumerate(self.pieces)}
+        # CTranslate2 seeds a worker thread's generator once, from the seed set when that thread
+        # first draws (ctranslate2.set_random_seed later changes nothing there): a sampled batch
+        # gets a new translator, hence a new worker, built from the model files read once here
+        files = ({name: Path(model_dir, name).read_bytes() for name in os.listdir(model_dir)
+                  if Path(model_dir, name).is_file()} if self.sampling is not None else None)
+        self._new_engine = functools.partial(ctranslate2.Translator, str(model_dir), device=device,
+                                             compute_type=compute_type, inter_threads=1,
+                                             intra_threads=int(threads), files=files)
         try:
-            self.engine = ctranslate2.Translator(str(model_dir), device=device, compute_type=compute_type,
-                                                 inter_threads=1, intra_threads=int(threads))
+            self.engine = self._new_engine()
         except (RuntimeError, ValueError) as e:
             raise UserError(f"--model {model_dir}: CTranslate2 cannot load it ({e})") from None
 
@@ -417,11 +427,12 @@ class CT2Translator:
         return out
 
     def _call(self, batch: list[list[int]], tokens: list[list[str]], options: dict):
-        """``translate_batch``; when sampling, after seeding CTranslate2's generator with the
-        seed and the batch's ids (reproducible, and other batches draw differently)."""
+        """``translate_batch``; when sampling, by a new translator whose generator starts from
+        the seed and the batch's ids (reproducible, and other batches draw differently)."""
         if self.sampling is not None:
             salt = sum((r + 1) * 1_000_003 * sum((c + 1) * t for c, t in enumerate(ids)) for r, ids in enumerate(batch))
             self._set_seed((self.sampling.seed * 7_919 + salt) % (2**31 - 1))
+            self.engine = self._new_engine()
         return self.engine.translate_batch(tokens, **options)
 
     def translate_ids(self, sources: Sequence[Sequence[int]], progress: Callable[[int], None] | None = None):

@@ -124,3 +124,51 @@ def test_float32_copy_keeps_a_float32_model_as_it_is():
     model = Transformer(vocab_size=16, d_model=16, num_layers=1, num_heads=2, d_ff=32)
     model.build()
     assert float32_copy(model) is model
+
+
+class _Overflow(keras.callbacks.Callback):
+    """Sets the loss scale to ``2**power`` before update ``at``, once: float16 gradients then
+    overflow and dynamic loss scaling skips updates while it halves the scale back."""
+
+    def __init__(self, at: int, power: int):
+        super().__init__()
+        self.at, self.power, self.done, self.batches = at, power, False, 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if not self.done and int(self.model.optimizer.iterations.numpy()) == self.at:
+            self.model.optimizer.dynamic_scale.assign(2.0 ** self.power)
+            self.done = True
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches += 1
+
+
+def test_updates_skipped_by_float16_loss_scaling_still_count(tmp_path):
+    """Under ``mixed_float16`` an update skipped for overflowing gradients counts as an update:
+    a run of N updates consumes N batches and ends at update N, and a run stopped and resumed
+    across the skipped updates ends with the same weights as a straight run."""
+    import numpy as np
+    from helpers.synthetic import dataset_fn, task_batches, tiny_config
+
+    from tf_transformer.training import train
+
+    batches = task_batches(12, 8, 16, "reverse", max_len=6)
+
+    def run(model_dir, steps):
+        cfg = tiny_config(16, str(model_dir), train_steps=steps, steps_per_epoch=3, mixed_precision="mixed_float16",
+                          backup_every_steps=3)
+        overflow = _Overflow(at=2, power=28)
+        result = train(cfg, train_data=dataset_fn(batches), valid_data=False, verbose=0, callbacks=(overflow,),
+                       log=lambda line: None)
+        return result, overflow
+
+    straight, overflow = run(tmp_path / "straight", 12)
+    optimizer = straight.training_model.optimizer
+    assert type(optimizer).__name__ == "CountingLossScaleOptimizer"
+    assert overflow.done and float(optimizer.dynamic_scale.numpy()) < 2.0 ** 27  # updates were skipped
+    assert straight.final_step == int(optimizer.iterations.numpy()) == overflow.batches == 12
+    run(tmp_path / "split", 6)
+    resumed, _ = run(tmp_path / "split", 12)
+    assert resumed.start_step == 6 and resumed.final_step == 12
+    for a, b in zip(straight.model.get_weights(), resumed.model.get_weights()):
+        np.testing.assert_array_equal(a, b)

@@ -99,11 +99,29 @@ def _handle(variable):
     return (variable.value if isinstance(variable, keras.Variable) else variable).handle
 
 
+@keras.saving.register_keras_serializable(package="tf_transformer")
+class CountingLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
+    """Keras' dynamic loss scaling (for ``mixed_float16``), with an update it skips still
+    counted in ``iterations``.
+
+    When float16 gradients overflow, the update is skipped and the loss scale halved. Keras 3
+    then leaves ``iterations`` where it was (Keras 2's ``LossScaleOptimizer`` advanced it), so
+    an update number no longer says how many batches were consumed: a run planned in updates
+    would end short, evaluations due every N updates would be missed, and a resumed run, which
+    skips ``update x micro-batches`` of the data, would not continue where it stopped. Here a
+    skipped update advances ``iterations`` as an applied one does, and the learning-rate
+    schedule moves on with it, as with Keras 2."""
+
+    def _stateful_handle_non_finite_grads(self):
+        super()._stateful_handle_non_finite_grads()
+        self.inner_optimizer.iterations.assign_add(1)
+
+
 def make_optimizer(train_config=None, d_model: int | None = None, **fields):
     """Adam(beta_1, beta_2, epsilon from ``train_config``; paper: 0.9, 0.98, 1e-9) on
     :class:`TransformerSchedule` (as :class:`FusedAdam`: the same update in one kernel per
-    variable). Wrapped in ``keras.optimizers.LossScaleOptimizer`` (dynamic
-    loss scaling) when ``train_config.mixed_precision == "mixed_float16"``.
+    variable). Wrapped in :class:`CountingLossScaleOptimizer` (Keras' dynamic loss scaling;
+    a skipped update still counts) when ``train_config.mixed_precision == "mixed_float16"``.
 
     Without a config, keyword arguments name the ``TrainConfig`` fields to change from the
     paper's defaults, e.g. ``make_optimizer(d_model=256, warmup_steps=400)`` or
@@ -135,5 +153,5 @@ def make_optimizer(train_config=None, d_model: int | None = None, **fields):
         epsilon=train_config.adam_epsilon,
     )
     if train_config.mixed_precision == "mixed_float16":
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        optimizer = CountingLossScaleOptimizer(optimizer)
     return optimizer

@@ -148,7 +148,7 @@ def test_atomic_write_errors_name_the_destination_not_the_temporary_file(tmp_pat
     assert (tmp_path / "taken" / "x").read_text() == "keep"
 
 
-def test_cli_errors(assets, tmp_path, capsys):
+def test_cli_errors(assets, tmp_path, capsys, monkeypatch):
     from tf_transformer.cli import main
 
     assert main(["translate", "--model", str(tmp_path / "nope.keras"), "--vocab", assets[1]]) == 2
@@ -164,6 +164,12 @@ def test_cli_errors(assets, tmp_path, capsys):
     assert main(["translate", "--model", assets[0], "--vocab", assets[1], "--threads", "-1",
                  "--input", str(tmp_path / "x.txt")]) == 2
     assert "--threads -1: must be >= 0 (0: TensorFlow's own default)" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "stdin", None)  # a process started with its stdin closed (`<&-`)
+    assert main(["translate", "--model", assets[0], "--vocab", assets[1]]) == 2
+    assert "no input: stdin is closed; give --input FILE or pipe the lines in" in capsys.readouterr().err
+    assert main(["translate", "--model", assets[0], "--vocab", assets[1], "--stream", "--chunk-lines", "5",
+                 "--input", str(tmp_path / "x.txt")]) == 2
+    assert "--chunk-lines sets how much of a whole input is decoded at a time; --stream" in capsys.readouterr().err
 
 
 def test_progress_bar_lines(tmp_path):
@@ -382,6 +388,14 @@ def test_resume_goes_on_after_an_interruption_and_refuses_another_run(assets, tm
     assert "exists and has no progress record" in capsys.readouterr().err
     assert main([*flags[:5], "--output", str(out), "--resume"]) == 2  # stdin
     assert "--resume goes on with an interrupted translation of one file into another" in capsys.readouterr().err
+    # written scores differ in their last digit with the batches: another --chunk-lines is refused there
+    scored = tmp_path / "scored.txt"
+    monkeypatch.setattr(Translator, "translate", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert main([*flags, "--scores", "--output", str(scored), "--resume", "--chunk-lines", "4"]) == 130
+    monkeypatch.setattr(Translator, "translate", real)
+    capsys.readouterr()
+    assert main([*flags, "--scores", "--output", str(scored), "--resume", "--chunk-lines", "5"]) == 2
+    assert "was begun by another run (batches: " in capsys.readouterr().err
 
 
 def test_n_best_lists_start_with_the_one_best_translation(tiny, assets, tmp_path, capsys):
@@ -515,9 +529,20 @@ def test_sampling_is_seeded_and_its_flags_are_checked(tiny, assets, tmp_path, ca
                         (["--sample-topp", "0.9"], "--sample-topp: applies to --sample only"),
                         (["--sample", "--sample-topp", "0"], "--sample-topp 0: must be > 0 and <= 1"),
                         (["--sample", "--sample-topp", "1.5"], "--sample-topp 1.5: must be > 0 and <= 1"),
-                        (["--sample", "--temperature", "0"], "--temperature 0: must be > 0")):
+                        (["--sample", "--temperature", "0"], "--temperature 0: must be > 0"),
+                        # log-probabilities / 1e-39 overflow to -inf: it wrote empty lines scored -inf
+                        (["--sample", "--temperature", "1e-39"], "--temperature 1e-39: must be >= 1e-06"),
+                        (["--sample", "--alpha", "0.9"], "--alpha: beam search setting; --sample draws one token"),
+                        (["--sample", "--stop-rule", "bound", "--alpha", "1"], "--alpha, --stop-rule: beam search "
+                                                                               "settings")):
         assert main([*flags, *extra]) == 2, extra
         assert said in capsys.readouterr().err, extra
+    with pytest.raises(UserError, match="temperature=1e-39: below 1e-06 a draw is the most probable token"):
+        Translator(*tiny, beam_size=1, sample=True, temperature=1e-39)
+    # greedy search ranks nothing: --alpha is said not to apply, not refused (sweeps over --beam include 1)
+    assert main([*flags, "--output", str(tmp_path / "e"), "--beam", "1", "--alpha", "2"]) == 0
+    assert "note: --alpha does not apply to greedy search (--beam 1)" in capsys.readouterr().err
+    assert (tmp_path / "e").read_text(encoding="utf-8").splitlines() == greedy[:6]
 
 
 def test_score_is_the_log_probability_decoding_gives_its_own_output(tiny):
@@ -578,6 +603,10 @@ def test_cli_score_target_writes_each_pairs_log_probability(tiny, assets, tmp_pa
     assert "has 1 lines but" in capsys.readouterr().err
     assert main([*flags, "--score-target", str(tmp_path / "t.de"), "--n-best", "2", "--sample"]) == 2
     assert "--n-best, --sample do not apply to it" in capsys.readouterr().err
+    assert main([*flags, "--score-target", str(tmp_path / "t.de"), "--beam", "3", "--alpha", "0.1",
+                 "--max-extra-len", "0", "--stop-rule", "bound", "--chunk-lines", "1"]) == 2
+    assert ("--beam, --alpha, --stop-rule, --max-extra-len, --chunk-lines do not apply to it"
+            in capsys.readouterr().err)
 
 
 def test_decoding_environment_only_for_the_decoding_commands_and_never_over_the_users():

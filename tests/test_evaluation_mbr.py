@@ -150,6 +150,13 @@ def test_cli_translate_mbr_chooses_among_the_n_best_and_the_samples(assets, tmp_
                          (["--mbr", "1"], "--mbr 1: the number of candidates to choose among; must be >= 2"),
                          (["--beam", "2", "--mbr", "3"], "--mbr 3: must be between 2 and the beam size (2; --beam)"),
                          (["--mbr", "3", "--n-best", "2"], "--mbr N writes one translation per line"),
-                         (["--mbr", "3", "--score-target", str(src)], "--mbr does not apply to it")):
+                         (["--mbr", "3", "--score-target", str(src)], "--mbr, --max-extra-len do not apply to it")):
         assert main([*flags, *bad]) == 2
         assert message in capsys.readouterr().err
+    # the way out through --sample is offered where the command has it
+    assert main([*flags, "--beam", "2", "--mbr", "3"]) == 2
+    assert "; or add --sample to choose among N samples" in capsys.readouterr().err
+    assert main(["evaluate", "--model", assets[0], "--vocab", assets[1], "--source", str(src), "--reference",
+                 str(reference), "--beam", "2", "--mbr", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "--mbr 3: must be between 2 and the beam size (2; --beam)" in err and "--sample" not in err

@@ -147,6 +147,11 @@ def build_translator(args):
     cfg, decode = decode_settings(args)
     n_best = _translations_per_line(args, decode)
     sampling = sampling_settings(args, decode)
+    unused = [flag for flag, name in (("--alpha", "alpha"), ("--stop-rule", "stop_rule"))
+              if getattr(args, name, None) is not None]
+    if not sampling and decode.beam_size == 1 and unused:  # a note, not an error: sweeps over --beam include 1
+        print(f"tft {args.command}: note: {', '.join(unused)} {'does' if len(unused) == 1 else 'do'} not apply to "
+              "greedy search (--beam 1)", file=sys.stderr)
     if getattr(args, "engine", "tensorflow") == "ctranslate2":
         if getattr(args, "ensemble", None):
             raise UserError(f"--model given {1 + len(args.ensemble)} times: an ensemble decodes with --engine "
@@ -193,7 +198,8 @@ def _translations_per_line(args, decode) -> int:
     elif not 1 <= n_best <= decode.beam_size:
         raise UserError(f"{flag} {n_best}: must be between {1 if mbr is None else 2} and the beam size "
                         f"({decode.beam_size}; --beam): an n-best list comes from beam search with at least that "
-                        "many beams" + ("; or add --sample to choose among N samples" if mbr is not None else ""))
+                        "many beams" + ("; or add --sample to choose among N samples"
+                                        if mbr is not None and hasattr(args, "sample") else ""))
     return n_best
 
 
@@ -235,6 +241,17 @@ def sampling_settings(args, decode) -> dict:
         raise UserError(f"--sample-epsilon {epsilon:g}: must be >= 0 and < 1 (0: no cut)")
     if not temperature > 0:
         raise UserError(f"--temperature {temperature:g}: must be > 0")
+    from tf_transformer.decoding.batches import MIN_TEMPERATURE
+
+    if temperature < MIN_TEMPERATURE:
+        raise UserError(f"--temperature {temperature:g}: must be >= {MIN_TEMPERATURE:g} (below it a draw is the most "
+                        "probable token: for that, leave out --sample)")
+    search_only = [flag for flag, name in (("--alpha", "alpha"), ("--stop-rule", "stop_rule"))
+                   if getattr(args, name, None) is not None]
+    if search_only:
+        raise UserError(f"{', '.join(search_only)}: beam search {'settings' if len(search_only) > 1 else 'setting'};"
+                        " --sample draws one token at a time and does not use "
+                        f"{'them' if len(search_only) > 1 else 'it'}")
     if epsilon and getattr(args, "engine", "tensorflow") == "ctranslate2":
         raise UserError("--sample-epsilon: CTranslate2's sampler has no epsilon cut; leave out --engine ctranslate2")
     decode.beam_size = 1
@@ -268,6 +285,9 @@ def import_tensorflow(threads: int = 0, required: bool = True) -> None:
             if required:
                 raise
 
+
+#: ``--chunk-lines``' default: lines of a whole input decoded (and, with ``--resume``, recorded) at a time.
+CHUNK_LINES = 20_000
 
 #: Library words -> the flags that give them.
 MODEL_FLAGS = {"model ": "--model ", "vocabulary ": "--vocab "}
@@ -449,17 +469,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "rerun with another input, model or decoding setting is refused, not mixed in. Needs "
                              "--input FILE and --output FILE. Without it a file --output is written at once at the "
                              "end (atomically) and stdout chunk by chunk")
-    parser.add_argument("--chunk-lines", type=int, default=20_000, metavar="N",
-                        help="translate the input N lines at a time, each chunk sorted by length into batches and "
-                             "written when done (default 20000); the outputs do not depend on it, but for --engine "
-                             "ctranslate2's --sample, whose draws depend on the batch")
+    parser.add_argument("--chunk-lines", type=int, default=None, metavar="N",
+                        help=f"translate the input N lines at a time, each chunk sorted by length into batches and "
+                             f"written when done (default {CHUNK_LINES}); the translations do not depend on it (but "
+                             "for --engine ctranslate2's --sample, whose draws depend on the batch), and printed "
+                             "scores (--scores, --n-best) only in their last digit (padding changes float rounding), "
+                             "as with --batch-size; --resume refuses to go on with another value of either where it "
+                             "matters")
     add_mbr_arguments(parser)
     parser.add_argument("--n-best", type=int, default=1, metavar="N",
                         help="write the N best translations of each line (N <= the beam size), best first, "
                              "one per output line as 'LINE ||| translation ||| score' (LINE: the input line's "
                              "0-based number; score as --scores; a line can have fewer than N when the search "
                              "finishes fewer within the length limit); with --sample: N samples of each line (any "
-                             "N; in the order drawn, the first what --n-best 1 samples; a batch then decodes "
+                             "N; in the order drawn, the first what --n-best 1 samples, but with --engine "
+                             "ctranslate2, which sorts them by score; a batch then decodes "
                              "--batch-size x N rows), e.g. for minimum Bayes risk decoding or several synthetic "
                              "sources per line; default 1: one translation per line")
 
@@ -477,20 +501,30 @@ def run(args: argparse.Namespace) -> int:
     if args.score_target is not None:
         given = [flag for flag, on in (("--stream", args.stream), ("--n-best", args.n_best > 1),
                                        ("--sample", args.sample), ("--scores", args.scores),
-                                       ("--mbr", args.mbr is not None)) if on]
+                                       ("--mbr", args.mbr is not None), ("--beam", args.beam is not None),
+                                       ("--alpha", args.alpha is not None), ("--stop-rule", args.stop_rule is not None),
+                                       ("--max-extra-len", args.max_extra_len is not None),
+                                       ("--chunk-lines", args.chunk_lines is not None)) if on]
         if given:
             raise UserError(f"--score-target scores given translations; {', '.join(given)} "
                             f"{'does' if len(given) == 1 else 'do'} not apply to it")
         if not os.path.isfile(args.score_target):
             raise UserError(f"--score-target {args.score_target}: no such file")
-    if args.chunk_lines < 1:
+    if args.chunk_lines is not None and args.stream:
+        raise UserError("--chunk-lines sets how much of a whole input is decoded at a time; --stream decodes lines "
+                        "as they come: give one or the other")
+    if args.chunk_lines is not None and args.chunk_lines < 1:
         raise UserError(f"--chunk-lines {args.chunk_lines}: must be >= 1")
+    if args.chunk_lines is None:
+        args.chunk_lines = CHUNK_LINES
     if args.resume:
         given = [flag for flag, on in (("--stream", args.stream), ("--score-target", args.score_target is not None))
                  if on]
         if given or args.input == "-" or args.output == "-":
             raise UserError("--resume goes on with an interrupted translation of one file into another: it needs "
                             "--input FILE and --output FILE" + (f", and not {', '.join(given)}" if given else ""))
+    if args.input == "-" and sys.stdin is None:
+        raise UserError("no input: stdin is closed; give --input FILE or pipe the lines in")
     check_output_file(args.output, "--output")
     stream = args.score_target is None and (
         args.stream or (args.input == "-" and not args.timings and _is_terminal(sys.stdin)))
@@ -567,7 +601,7 @@ def _resumable_output(args: argparse.Namespace, decode, translator, total: int):
     """``--resume``'s :class:`tf_transformer.cli._resumable.ResumableOutput` for ``--output``,
     keyed by what makes the translations what they are: the input, model and vocabulary files,
     the engine and the decoding settings (and, for CTranslate2's sampler, whose draws depend on
-    the batch, the batch size and ``--chunk-lines``)."""
+    the batch, and for written scores, whose last digit does, the batch size and ``--chunk-lines``)."""
     from tf_transformer.cli._resumable import ResumableOutput, identity
 
     run = {"input": identity(args.input), "model": identity(args.model),
@@ -575,7 +609,7 @@ def _resumable_output(args: argparse.Namespace, decode, translator, total: int):
            "decoding": settings(decode, args, translator), "n_best": args.n_best, "scores": args.scores}
     if args.ensemble:
         run["ensemble"] = [identity(path) for path in args.ensemble]
-    if _draws_per_batch(translator):
+    if _draws_per_batch(translator) or args.scores or args.n_best > 1:  # draws, or scores' last digits
         run["batches"] = [decode.batch_size, args.chunk_lines]
     return ResumableOutput(args.output, run, total)
 

@@ -76,12 +76,16 @@ def check_decode_settings(beam_size: int, alpha: float, max_extra_length: int, b
         raise UserError(f"batch_size={batch_size}: must be >= 1")
 
 
+#: The lowest sampling temperature taken (dividing log-probabilities by much less overflows float32).
+MIN_TEMPERATURE = 1e-6
+
+
 def check_search_kind(beam_size: int, n_best: int, sample: bool, top_k: int = 0, temperature: float = 1.0,
                       seed: int = 0, top_p: float = 1.0, epsilon: float = 0.0) -> Sampling | None:
     """A translator's ``n_best`` and sampling arguments checked (a :class:`UserError` naming them
     otherwise): an n-best list needs as many beams (with ``sample``, ``n_best`` is the number
     of samples per sentence, any >= 1); sampling draws one token at a time (``beam_size=1``),
-    at ``temperature > 0``, from ``top_k >= 0`` tokens, ``0 <= epsilon < 1`` and a nucleus
+    at ``temperature >= MIN_TEMPERATURE``, from ``top_k >= 0`` tokens, ``0 <= epsilon < 1`` and a nucleus
     ``0 < top_p <= 1``. Returns the :class:`Sampling` (``None`` without ``sample``)."""
     if sample and n_best < 1:
         raise UserError(f"n_best={n_best}: the number of samples per sentence must be >= 1")
@@ -95,6 +99,10 @@ def check_search_kind(beam_size: int, n_best: int, sample: bool, top_k: int = 0,
     if not (temperature > 0 and top_k >= 0):
         raise UserError(f"temperature={temperature}, top_k={top_k}: sampling needs temperature > 0 and "
                         "top_k >= 0 (0: the whole vocabulary)")
+    if temperature < MIN_TEMPERATURE:
+        raise UserError(f"temperature={temperature:g}: below {MIN_TEMPERATURE:g} a draw is the most probable token "
+                        "(greedy search: leave out sample), and far below it the scaled log-probabilities "
+                        "overflow float32")
     if not 0 < top_p <= 1:
         raise UserError(f"top_p={top_p}: sampling needs 0 < top_p <= 1 (the probability mass of the nucleus "
                         "drawn from; 1: every token)")

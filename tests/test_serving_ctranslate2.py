@@ -338,6 +338,15 @@ def test_cli_export_and_translate(assets, tmp_path, capsys, monkeypatch):
                  str(ref), "--json", str(tmp_path / "eval.json"), "--quiet"]) == 0
     assert "stopping at the beam-th ending (CTranslate2's rule)" in capsys.readouterr().err
     assert json.loads((tmp_path / "eval.json").read_text())["decode"]["stop_rule"] == "beam_finished"
+    # the export's recorded decode settings are the defaults without --config; flags override them
+    tuned = tmp_path / "cli_ct2_tuned"
+    assert main(["export", "--format", "ctranslate2", "--model", model_path, "--vocab", vocab_path, "--beam", "3",
+                 "--alpha", "0.9", "--max-extra-len", "20", "--output", str(tuned)]) == 0
+    for extra, said in (([], "beam 3, alpha 0.9, max +20 tokens"), (["--beam", "2"], "beam 2, alpha 0.9, max +20")):
+        capsys.readouterr()
+        assert main(["translate", "--engine", "ctranslate2", "--model", str(tuned), "--input", str(src), "--quiet",
+                     "--output", str(tmp_path / "tuned.out"), *extra]) == 0
+        assert said in capsys.readouterr().err.strip().splitlines()[-1], extra
     # an explicit --stop-rule bound is refused, saying why
     assert main(["translate", "--engine", "ctranslate2", "--model", str(f32), "--stop-rule", "bound",
                  "--input", str(src)]) == 2

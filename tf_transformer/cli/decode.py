@@ -121,6 +121,8 @@ def decode_settings(args):
         if args.overrides:
             raise UserError("--set needs --config (the overrides apply to a config)")
         decode = DecodeConfig()
+        if getattr(args, "engine", "tensorflow") == "ctranslate2":
+            _export_decode_defaults(args, decode)
     for flag, field in (("beam", "beam_size"), ("alpha", "alpha"), ("max_extra_len", "max_extra_length"),
                         ("batch_size", "batch_size"), ("stop_rule", "stop_rule")):
         value = getattr(args, flag)
@@ -138,6 +140,18 @@ def decode_settings(args):
             text = text.replace(k, v)
         raise UserError(text) from None
     return cfg, decode
+
+
+def _export_decode_defaults(args, decode) -> None:
+    """A CTranslate2 export's recorded decode settings (``tft_export.json``: the ``decode``
+    section it was exported with) as ``decode``'s defaults, as a run directory's config gives
+    them for ``--engine tensorflow``; the flags still override them."""
+    from tf_transformer.serving.ctranslate2 import read_export_info
+
+    recorded = read_export_info(args.model).get("decode") or {}
+    for field in ("beam_size", "alpha", "max_extra_length"):
+        if field in recorded:
+            setattr(decode, field, type(getattr(decode, field))(recorded[field]))
 
 
 def build_translator(args):

@@ -53,10 +53,10 @@ def test_graph_twin_on_edge_cases():
     import tensorflow as tf
 
     texts = ["", "   ", "A", "Mann\u00a0Hut", "x\u2003Y", "(Mann) USA-T-Shirt 3D K9 ÄRGER!", "⇧x ⇧ y",
-             "Ⅻ Ⅻa", "İstanbul Straße ǅemal"]
+             "Ⅻ Ⅻa", "İstanbul Straße ǅemal", "A Dog \0Runs.", "\0"]
     assert [m.decode("utf-8") for m in tf_mark(tf.constant(texts)).numpy()] == [mark(t) for t in texts]
     outputs = ["", f"{T}", f"{T} {U} ein", f"hund {T}", f"{U} usa {T} (mann) {T} k9 {T} 42", f"{T}  ein\u00a0{T} hut",
-               f"{T} ⇧x {U} ärger!"]
+               f"{T} ⇧x {U} ärger!", f"{T} \0ein {U} a\0b"]
     assert [t.decode("utf-8") for t in tf_unmark(tf.constant(outputs)).numpy()] == [unmark(o) for o in outputs]
 
 

@@ -10,6 +10,7 @@ from helpers.corpora import BUNDLED_FILES, bundled_lines
 
 from tf_transformer.config import DataConfig
 from tf_transformer.data import Tokenizer, build_vocab
+from tf_transformer.data.case_markup import tf_lower, tf_upper
 from tf_transformer.data.tokenizer import LOWERCASE_MARK, normalizer_name
 from tf_transformer.errors import ConfigError, UserError
 
@@ -23,16 +24,20 @@ def test_graph_lowercases_like_python_on_the_whole_corpus(name):
     import tensorflow as tf
 
     lines = bundled_lines(name)
-    in_graph = [t.decode("utf-8") for t in tf.strings.lower(tf.constant(lines), encoding="utf-8").numpy()]
+    in_graph = [t.decode("utf-8") for t in tf_lower(tf.constant(lines)).numpy()]
     assert in_graph == [line.lower() for line in lines]
 
 
 def test_graph_lowercases_like_python_on_edge_cases():
     import tensorflow as tf
 
-    texts = ["ẞ STRASSE Straße", "İstanbul", "ΣΟΦΟΣ", "ǅemal ǄEMAL", "ÄÖÜ Éé", "Ⅻ 3D K9", "", "   "]
-    in_graph = [t.decode("utf-8") for t in tf.strings.lower(tf.constant(texts), encoding="utf-8").numpy()]
+    texts = ["ẞ STRASSE Straße", "İstanbul", "ΣΟΦΟΣ", "ǅemal ǄEMAL", "ÄÖÜ Éé", "Ⅻ 3D K9", "", "   ",
+             # TensorFlow's own UTF-8 lowering ends a string at a NUL byte ("A \0 Dog." -> "a ")
+             "A \0 Dog.", "\0ABC", "Ä\0\0Ö\0"]
+    in_graph = [t.decode("utf-8") for t in tf_lower(tf.constant(texts)).numpy()]
     assert in_graph == [t.lower() for t in texts]
+    assert [t.decode("utf-8") for t in tf_upper(tf.constant(texts)).numpy()] == [t.upper() for t in texts]
+    assert tf_lower(tf.constant("Ä\0B")).numpy().decode("utf-8") == "ä\0b"  # a scalar stays a scalar
     assert "ß" in "ẞ".lower()  # lowercasing, not case folding (which writes "ss")
 
 

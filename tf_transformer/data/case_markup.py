@@ -110,23 +110,53 @@ def _split(texts):
     return tf.strings.split(tf.strings.strip(texts), sep=" ")
 
 
+def tf_lower(texts):
+    """``str.lower`` in the graph (UTF-8 ``tf.string`` of any shape). TensorFlow's
+    ``tf.strings.lower(..., encoding="utf-8")`` ends a string at its first NUL byte (``"A \\0
+    B"`` -> ``"a "``), which ``str.lower`` keeps: the parts between NULs are cased apart and
+    joined again."""
+    return _tf_case(texts, "lower")
+
+
+def tf_upper(texts):
+    """``str.upper`` in the graph, NUL bytes kept as :func:`tf_lower` keeps them."""
+    return _tf_case(texts, "upper")
+
+
+def _tf_case(texts, which: str):
+    import tensorflow as tf
+
+    change = tf.strings.lower if which == "lower" else tf.strings.upper
+    texts = tf.convert_to_tensor(texts, tf.string)
+    if texts.shape.rank == 0:
+        return _tf_case(texts[None], which)[0]
+    parts = tf.strings.split(texts, sep="\0")  # (a tensor input: NUL is fine there)
+    changed = change(parts.flat_values, encoding="utf-8")
+    # each part but a text's last gets its NUL back (reduce_join's separator, an attribute, would
+    # itself be cut at the NUL)
+    rows = parts.value_rowids()
+    last = tf.range(tf.size(changed, out_type=rows.dtype)) == tf.gather(parts.row_limits(), rows) - 1
+    changed = tf.where(last, changed, changed + "\0")
+    return tf.strings.reduce_join(parts.with_flat_values(changed), axis=-1)
+
+
 def tf_mark(texts):
     """``tf.string [N]`` -> marked ``tf.string [N]``: :func:`mark` in the graph."""
     import tensorflow as tf
 
     words = _split(texts)
     w = words.flat_values
-    lower = tf.strings.lower(w, encoding="utf-8")
-    upper = tf.strings.upper(w, encoding="utf-8")
+    lower = tf_lower(w)
+    upper = tf_upper(w)
     n_letters = tf.strings.length(tf.strings.regex_replace(w, _NON_LETTER, ""), unit="UTF8_CHAR")
     has_marker = tf.strings.regex_full_match(w, f".*[{TITLE}{UPPER}].*")
     cased = (lower != w) & ~has_marker
-    all_caps = cased & (n_letters >= 2) & (upper == w) & (tf.strings.upper(lower, encoding="utf-8") == w)
+    all_caps = cased & (n_letters >= 2) & (upper == w) & (tf_upper(lower) == w)
     prefix, first, rest = _tf_pieces(w)
-    first_lower = tf.strings.lower(first, encoding="utf-8")
+    first_lower = tf_lower(first)
     tail = prefix + rest
-    title = (cased & ~all_caps & (first != "") & (tf.strings.lower(tail, encoding="utf-8") == tail)
-             & (tf.strings.upper(first_lower, encoding="utf-8") == first)
+    title = (cased & ~all_caps & (first != "") & (tf_lower(tail) == tail)
+             & (tf_upper(first_lower) == first)
              & (tf.strings.length(first_lower, unit="UTF8_CHAR") == 1))
     marker = tf.where(all_caps, UPPER + " ", tf.where(title, TITLE + " ", ""))
     marked = marker + tf.where(all_caps | title, lower, w)
@@ -142,9 +172,8 @@ def tf_unmark(texts):
     # the word before each word, within its own text ("" before the first word of a text)
     previous = tf.concat([tf.fill(tf.stack([words.nrows(), 1]), ""), words[:, :-1]], axis=1).flat_values
     prefix, first, rest = _tf_pieces(w)
-    titled = prefix + tf.strings.upper(first, encoding="utf-8") + rest
-    restored = tf.where(previous == TITLE, titled,
-                        tf.where(previous == UPPER, tf.strings.upper(w, encoding="utf-8"), w))
+    titled = prefix + tf_upper(first) + rest
+    restored = tf.where(previous == TITLE, titled, tf.where(previous == UPPER, tf_upper(w), w))
     is_marker = (w == TITLE) | (w == UPPER)
     kept = tf.ragged.boolean_mask(words.with_flat_values(restored), words.with_flat_values(~is_marker))
     return tf.strings.reduce_join(kept, axis=-1, separator=" ")

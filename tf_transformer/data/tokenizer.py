@@ -26,7 +26,8 @@ A vocabulary built with ``data.lowercase: true`` was trained on lowercased text 
 in its normalizer's name (``nmt_nfkc+lowercase``; SentencePiece itself ignores the name and
 normalises with the NFKC table it stores). A :class:`Tokenizer` of such a vocabulary
 lowercases every text before SentencePiece sees it (``str.lower`` in Python,
-``tf.strings.lower(..., encoding="utf-8")`` in the graph: the same full Unicode mapping, so
+``tf.strings.lower(..., encoding="utf-8")`` in the graph, between NUL bytes, where TensorFlow's
+would stop: :func:`~tf_transformer.data.case_markup.tf_lower`; the same full Unicode mapping, so
 ``ẞ`` and ``ß`` stay ``ß``, unlike case folding's ``ss``), so the model reads and writes
 lowercase only. Such a vocabulary also carries a recaser fitted on the cased target side of
 the training data (:mod:`tf_transformer.data.recase`, stored in the model file where
@@ -245,9 +246,9 @@ class Tokenizer:
     def tokenize(self, texts):
         """``tf.string [N]`` -> ``tf.RaggedTensor int32 [N, None]`` (no BOS/EOS), in-graph."""
         if self.lowercase:
-            import tensorflow as tf
+            from tf_transformer.data.case_markup import tf_lower
 
-            texts = tf.strings.lower(texts, encoding="utf-8")
+            texts = tf_lower(texts)
         if self.case_markup:
             from tf_transformer.data.case_markup import tf_mark
 

@@ -3,6 +3,7 @@ model needs no TF Text; saved_model_cli lists the signatures."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -150,6 +151,24 @@ def test_cli_export_refuses_to_overwrite(assets, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "already exists" in err and "--version 2" in err
     assert main(["export", "--model", assets[0], "--vocab", assets[1], "--output", str(out), "--version", "0"]) == 2
+    # the version offered is free in ids_only/ too
+    (out / "ids_only" / "3").mkdir(parents=True)
+    assert main(["export", "--model", assets[0], "--vocab", assets[1], "--output", str(out), "--version", "3"]) == 2
+    assert "ids_only/3 already exists; export as --version 4" in capsys.readouterr().err
+
+
+def test_export_model_checks_its_decode_settings(tiny, tmp_path):
+    """export_model (Python) refuses what tft export refuses, before tracing anything."""
+    from tf_transformer.errors import UserError
+    from tf_transformer.serving.export import export_model
+
+    model, tok = tiny
+    for bad, message in (({"beam_size": 0}, "beam_size=0: must be >= 1"),
+                         ({"max_extra_length": -3}, "max_extra_length=-3: must be >= 0"),
+                         ({"beam_size": 2.7}, "beam_size=2.7, max_extra_length=50: must be whole numbers")):
+        with pytest.raises(UserError, match=re.escape(message)):
+            export_model(model, tok, tmp_path / "x", **bad)
+        assert not (tmp_path / "x").exists()
 
 
 def test_export_json_records_every_version_and_the_served_one(assets, tmp_path, capsys, monkeypatch):

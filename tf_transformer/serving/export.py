@@ -40,7 +40,7 @@ import json
 import sys
 from pathlib import Path
 
-from tf_transformer.decoding.batches import check_stop_rule
+from tf_transformer.decoding.batches import check_decode_settings, check_stop_rule
 from tf_transformer.errors import UserError
 from tf_transformer.io import atomic_path, atomic_write, check_writable, say, state_bytes
 from tf_transformer.serving.info import export_info
@@ -155,13 +155,17 @@ def export_model(model, tokenizer, output_dir, version: int = 1, beam_size: int 
     log = log or say
     if version < 1:
         raise UserError(f"version {version}: must be >= 1 (TF Serving versions are positive integers)")
+    check_decode_settings(beam_size, alpha, max_extra_length, batch_size=1)
+    if int(beam_size) != beam_size or int(max_extra_length) != max_extra_length:
+        raise UserError(f"beam_size={beam_size}, max_extra_length={max_extra_length}: must be whole numbers")
     out = Path(output_dir)
     full_dir, ids_dir = out / str(version), out / IDS_ONLY_DIR / str(version)
     for d in (full_dir, ids_dir):
         if d.exists() and not overwrite:
-            existing = sorted(int(p.name) for p in out.iterdir() if p.name.isdigit()) if out.exists() else []
-            nxt = (max(existing) + 1) if existing else version + 1
-            raise VersionExists(d, nxt)
+            # the next version free in both folders (the full model's and ids_only's)
+            existing = [int(p.name) for folder in (out, out / IDS_ONLY_DIR) if folder.is_dir()
+                        for p in folder.iterdir() if p.name.isdigit()]
+            raise VersionExists(d, max(existing, default=version) + 1)
     check_writable(out, 2 * (state_bytes(model) + 2**20), "two SavedModels")  # before tracing
     settings = {"beam_size": beam_size, "alpha": alpha, "max_extra_length": max_extra_length, "stop_rule": stop_rule}
 

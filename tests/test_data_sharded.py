@@ -186,6 +186,10 @@ def test_prepared_shards_give_the_same_ids_as_the_text_path(corpus, tok, prepare
     want = expected_ids(tok, all_pairs(corpus))
     assert id_pairs(make_dataset(pcfg, "train", tok, repeat=False, verbose=False)) == want
     assert id_pairs(make_dataset(cfg, "train", tok, repeat=False, verbose=False)) == want
+    # more pipelines than shards: each takes every 4th record of the shards in one shuffled order
+    more = dataclasses.replace(pcfg, parallel_pipelines=4)
+    for seed in (5, 6):
+        assert id_pairs(make_dataset(more, "train", tok, seed=seed, repeat=False, verbose=False)) == want, seed
     a = list(make_dataset(cfg, "valid", tok, training=False, verbose=False).as_numpy_iterator())
     b = list(make_dataset(pcfg, "valid", tok, training=False, verbose=False).as_numpy_iterator())
     assert len(a) == len(b) > 1
@@ -233,9 +237,11 @@ def test_parallel_pipelines_and_workers_shard_by_file(corpus, tok):
     import tensorflow as tf
 
     want = expected_ids(tok, all_pairs(corpus))
-    for k in (1, 3):
+    for k in (1, 3, 5):  # 5 pipelines over 4 file pairs: every 5th pair of one stream each
         cfg = text_cfg(corpus, parallel_pipelines=k)
         assert id_pairs(make_dataset(cfg, "train", tok, repeat=False, verbose=False)) == want
+        for seed in (5, 6):  # the shuffled file order is the same in every pipeline: disjoint shares
+            assert id_pairs(make_dataset(cfg, "train", tok, seed=seed, repeat=False, verbose=False)) == want, seed
         a = list(make_dataset(cfg, "train", tok, seed=3, verbose=False).take(12).as_numpy_iterator())
         b = list(make_dataset(cfg, "train", tok, seed=3, verbose=False).take(12).as_numpy_iterator())
         for x, y in zip(a, b):
@@ -246,13 +252,15 @@ def test_parallel_pipelines_and_workers_shard_by_file(corpus, tok):
         ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=worker, num_replicas_in_sync=2)
         got = id_pairs(make_dataset(cfg, "train", tok, input_context=ctx, repeat=False, verbose=False))
         assert got == expected_ids(tok, all_pairs(corpus, parts))
-    # two workers x two pipelines over four files: one file each, together all of them
-    cfg = text_cfg(corpus, parallel_pipelines=2)
-    total = Counter()
-    for worker in (0, 1):
-        ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=worker, num_replicas_in_sync=2)
-        total += id_pairs(make_dataset(cfg, "train", tok, input_context=ctx, repeat=False, verbose=False))
-    assert total == want
+    # two workers x two pipelines over four files: one file each, together all of them; two
+    # workers x three pipelines: two files a worker, each pipeline every 3rd pair of them
+    for k in (2, 3):
+        cfg = text_cfg(corpus, parallel_pipelines=k)
+        total = Counter()
+        for worker in (0, 1):
+            ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=worker, num_replicas_in_sync=2)
+            total += id_pairs(make_dataset(cfg, "train", tok, input_context=ctx, seed=5, repeat=False, verbose=False))
+        assert total == want, k
 
 
 def test_tf_data_service_on_loopback_yields_the_same_examples(corpus, tok):

@@ -71,7 +71,8 @@ prepared corpus answers from its manifest.
 
 Scaling with cores: training runs ``data.parallel_pipelines`` copies of steps 1-7 side by
 side (default one per core), pipeline ``j`` on its share of the split (whole files when
-there are enough, else every ``k``-th pair) with its own seed ``seed + 7919 * j``; their
+there are enough, else every ``k``-th pair of the files in one shuffled order, the same for
+all) with its own shuffle seed ``seed + 7919 * j``; their
 batches are taken in turn (``choose_from_datasets``, deterministic) and each pipeline runs
 ahead in its own thread, so the serial stages (unbatch, shuffle, bucketing) run ``k`` at a
 time. Under several workers the split is first divided among them (by file, when the split
@@ -610,7 +611,9 @@ def _pipeline(cfg, split, tokenizer, budget, training, repeat, seed, shards, shu
         rows_t = tf.constant([max(1, budget // b) for b in bounds], tf.int64)
     nb = len(bounds)
     own_seed = seed + 7919 * pipeline  # pipeline 0 (the only one when there is one) uses the seed itself
-    ds = token_batches(cfg, split, tokenizer, shuffle_files=training, seed=own_seed, shards=shards)
+    # the file order is shuffled with the common seed: pipelines (and workers) that take every
+    # k-th pair of one stream must all see that stream in one order, or their shares overlap
+    ds = token_batches(cfg, split, tokenizer, shuffle_files=training, seed=seed, shards=shards)
     bounds_t = tf.constant(bounds, tf.int64)
     max_length = cfg.max_length
 

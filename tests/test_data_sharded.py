@@ -503,7 +503,8 @@ def test_a_cut_shard_is_named_before_training_reads_it(corpus, tok, prepared_dir
 def test_a_corrupted_record_met_in_training_is_a_data_error_naming_the_corpus(corpus, tok, prepared_dir, tmp_path):
     """One flipped byte keeps a shard's size: TensorFlow finds it when the record is read, in the
     middle of training, and says ``DataLossError: corrupted record`` without a file name; the run
-    now ends with a data error naming the prepared folder and what to do."""
+    now ends with a data error naming the damaged shard (found by reading the shards again), what
+    TensorFlow found there and what to do."""
     import shutil
 
     from tests.helpers.synthetic import tiny_config
@@ -512,14 +513,18 @@ def test_a_corrupted_record_met_in_training_is_a_data_error_naming_the_corpus(co
     copy = tmp_path / "copy"
     shutil.copytree(prepared_dir, copy)
     manifest = json.loads((copy / "manifest.json").read_text())
-    for entry in manifest["splits"]["train"]["files"]:  # every shard: whichever is read first
-        shard = copy / entry["name"]
-        data = bytearray(shard.read_bytes())
-        data[len(data) // 2] ^= 0xFF
-        shard.write_bytes(bytes(data))
+    entry = manifest["splits"]["train"]["files"][1]  # one shard: it is named
+    shard = copy / entry["name"]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
     cfg = tiny_config(tok.vocab_size, str(tmp_path / "run"), train_steps=4, steps_per_epoch=2, warmup_steps=2)
     cfg.model.num_layers, cfg.model.d_model, cfg.model.d_ff = 1, 16, 32
     cfg.data = dataclasses.replace(text_cfg(corpus), source="prepared", prepared_dir=str(copy),
                                    vocab_model=str(corpus / "spm.model"))
-    with pytest.raises(DataError, match=rf"data.prepared_dir={copy}: a shard is damaged \(.*\); prepare the corpus"):
-        train(cfg, valid_data=False, verbose=0, log=lambda m: None)
+    cfg.train.train_steps = cfg.train.steps_per_epoch = 200  # long enough to read every shard
+    said = []
+    with pytest.raises(DataError, match=rf"data.prepared_dir={copy}: shard {shard} is damaged \((corrupted|truncated) "
+                                        r"record at \d+\); prepare the corpus"):
+        train(cfg, valid_data=False, verbose=0, log=said.append)
+    assert "train: a training shard is damaged; reading every shard to find which" in said

@@ -160,6 +160,34 @@ def shard_files(cfg, split: str) -> list[str]:
     return files
 
 
+def damaged_shard(cfg, split: str):
+    """``(path, what TensorFlow says)`` of the first shard of ``split`` whose records do not
+    read back (a bad checksum or a cut record), or ``None``: every record is read, so this is
+    for after a ``DataLossError``, whose message names no file."""
+    import tensorflow as tf
+
+    for path in shard_files(cfg, split):
+        try:
+            for _ in tf.data.TFRecordDataset(path).batch(4096):
+                pass
+        except tf.errors.DataLossError as e:
+            return path, data_loss_detail(e)
+    return None
+
+
+def data_loss_detail(error) -> str:
+    """The line of a TensorFlow ``DataLossError`` that says what is wrong (``corrupted record
+    at 399932``), not its first line (``Graph execution error:``)."""
+    import re
+
+    text = re.sub(r"\{\{.*?\}\}|\[\[.*?\]\]|\[Op:\w+\]( name)?", "", str(getattr(error, "message", error)))
+    lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+    for line in lines:
+        if "record" in line or "Data loss" in line or "gzip" in line.lower() or "zlib" in line.lower():
+            return line.rstrip(": ")
+    return lines[0] if lines else type(error).__name__
+
+
 def token_dataset(cfg, split: str, shuffle_files: bool, seed: int, shards=(), interleave: int = 8):
     """Batches of ``(source ids, target ids)`` ragged int32 of a prepared split, file order
     or file-level shuffled; ``shards``: ``(index, count)`` levels, each taking whole files

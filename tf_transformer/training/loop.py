@@ -648,7 +648,7 @@ def _fit(run: _Run, trainer: TrainingModel, steps: _Callbacks, train_fn, valid_f
                             validation_data=valid_ds, validation_steps=validation_steps, shuffle=False,
                             callbacks=steps.all + lines, verbose=verbose)
         except tf.errors.DataLossError as e:  # a damaged file read in the middle of training
-            raise _damaged_data(run.cfg, e) from None
+            raise _damaged_data(run.cfg, e, run.log) from None
         except tf.errors.UnavailableError as e:
             if not run.multiworker:
                 raise
@@ -670,15 +670,21 @@ def _fit(run: _Run, trainer: TrainingModel, steps: _Callbacks, train_fn, valid_f
     return history, stopped
 
 
-def _damaged_data(cfg: Config, error) -> DataError:
+def _damaged_data(cfg: Config, error, log=None) -> DataError:
     """TensorFlow's ``DataLossError`` (a corrupted or cut record or gzip stream, found when read)
-    as a data error naming the data and what to do; TensorFlow's message names no file."""
+    as a data error naming the data and what to do. TensorFlow's message names no file: for a
+    prepared corpus the shards are read again to find the damaged one."""
+    from tf_transformer.data.prepared import damaged_shard, data_loss_detail
     from tf_transformer.data.sources import describe
 
-    detail = str(getattr(error, "message", error)).strip().splitlines()[0]
+    detail = data_loss_detail(error)
     if cfg.data.source == "prepared":
-        return DataError(f"data.prepared_dir={cfg.data.prepared_dir}: a shard is damaged ({detail}); prepare the "
-                         "corpus again (tft prepare) or restore its files, then rerun to continue from the backup")
+        if log is not None:
+            log("train: a training shard is damaged; reading every shard to find which")
+        found = damaged_shard(cfg.data, "train")
+        where = f"shard {found[0]} is damaged ({found[1]})" if found else f"a shard is damaged ({detail})"
+        return DataError(f"data.prepared_dir={cfg.data.prepared_dir}: {where}; prepare the corpus again (tft "
+                         "prepare) or restore its files, then rerun to continue from the backup")
     return DataError(f"{describe(cfg.data, 'train')}: a data file is damaged ({detail}); repair or replace it, "
                      "then rerun to continue from the backup")
 

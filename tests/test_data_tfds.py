@@ -109,6 +109,25 @@ def test_tfds_clear_errors(data_dir, tmp_path):
                                       tfds_data_dir=str(tmp_path)), "train")
 
 
+def test_a_failed_tfds_download_is_a_data_error(tmp_path, monkeypatch):
+    """data.tfds_download without a network: TFDS' own error (a urllib3 one, after retries) is
+    said in the package's terms, with the way to prepare the data elsewhere."""
+    import tensorflow_datasets as tfds
+
+    class Offline:
+        def is_prepared(self):
+            return False
+
+        def download_and_prepare(self):
+            raise ConnectionError("HTTPConnectionPool(host='www.statmt.org', port=80): Max retries exceeded")
+
+    monkeypatch.setattr(tfds, "builder", lambda name, data_dir=None: Offline())
+    cfg = tfds_config(str(tmp_path), tfds_download=True)
+    with pytest.raises(DataError, match=r"could not be downloaded and prepared in .*\(ConnectionError: "
+                                        r"HTTPConnectionPool.*tfds build .* --data_dir DIR"):
+        read_parallel_text(cfg, "train")
+
+
 def test_tfds_vocabulary_sample_is_selected_in_the_graph(data_dir, tmp_path):
     from tf_transformer.data import prepare, sources
 

@@ -9,7 +9,7 @@ from tf_transformer import cli
 from tf_transformer.config import DataConfig
 from tf_transformer.data import Tokenizer, build_vocab
 from tf_transformer.data.sources import bundled_multi30k_dir
-from tf_transformer.errors import DataError
+from tf_transformer.errors import DataError, UserError
 
 N_LINES = 1500
 VOCAB = 500
@@ -90,6 +90,14 @@ def test_cli_build_vocab_summary_and_no_silent_overwrite(corpus, model_path, tmp
     assert sha(str(out) + ".model") == sha(model_path)
     assert cli.main(args[:-2] + ["--vocab-size", "400", "--output", str(out), "--force"]) == 0
     assert Tokenizer(str(out) + ".model").vocab_size == 400
+
+
+def test_a_folder_as_the_vocabulary_prefix_is_refused(corpus, tmp_path):
+    """``--output DIR/`` would write the hidden files ``DIR/.model`` and ``DIR/.vocab``."""
+    for output in (f"{tmp_path}/", tmp_path, f"{tmp_path}/.model"):
+        with pytest.raises(UserError, match=r"a folder; the vocabulary takes a file prefix, e.g. .*spm"):
+            build_vocab(text_config(corpus), output, progress=lambda m: None)
+    assert not list(tmp_path.iterdir())
 
 
 def test_vocab_too_large_is_a_clear_error(corpus, tmp_path):

@@ -655,6 +655,11 @@ def test_make_dataset_from_pairs_without_a_config(assets, tmp_path, capsys):
     assert "data train: read 50 pairs" in "".join(capsys.readouterr())
     with pytest.raises(DataError, match="50 sources but 49 targets"):
         make_dataset((sources, targets[:-1]), tokenizer=tok)
+    # a line break inside an in-memory sentence is a space, as \n always was (\r joined two words)
+    broken = make_dataset((["a dog\rruns.", "a cat\r\nsits."], ["a\nball.", "red"]), tokenizer=tok, training=False,
+                          tokens_per_batch=256, verbose=False)
+    got = sorted(tuple(int(i) for i in s if i) for (src, _), _ in broken for s in src.numpy())
+    assert got == sorted(tuple(ids) for ids in tok.encode(["a dog runs.", "a cat sits."]))
 
 
 def test_make_optimizer_keyword_arguments():

@@ -73,7 +73,9 @@ def pairs_config(pairs, **fields):
         paths = [os.path.join(directory, "source.txt"), os.path.join(directory, "target.txt")]
         for path, lines in zip(paths, (sources, targets)):
             with open(path, "w", encoding="utf-8") as f:
-                f.writelines(line.replace("\n", " ") + "\n" for line in lines)
+                # a line break inside a sentence (\n, \r) would split or join its words
+                f.writelines(line.replace("\r\n", " ").replace("\n", " ").replace("\r", " ") + "\n"
+                             for line in lines)
     unknown = _unknown_fields(fields)
     if unknown:
         raise DataError(f"unknown DataConfig field(s) {', '.join(unknown)}")

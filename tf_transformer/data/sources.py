@@ -378,7 +378,14 @@ def tfds_builder(config):
                 "data.tfds_data_dir=DIR, or set data.tfds_download=true"
             )
         print(f"data: downloading and preparing {cfg.tfds_name} in {where}", file=sys.stderr)
-        builder.download_and_prepare()
+        try:
+            builder.download_and_prepare()
+        except Exception as e:  # noqa: BLE001  (network, disk and TFDS' own errors, of many types)
+            first = " ".join(str(e).split())[:300] or type(e).__name__
+            raise DataError(f"TFDS dataset {cfg.tfds_name!r} could not be downloaded and prepared in {where} "
+                            f"({type(e).__name__}: {first}); without network access, prepare it where the network "
+                            f"is reachable (tfds build {cfg.tfds_name} --data_dir DIR), copy DIR here and set "
+                            "data.tfds_data_dir=DIR") from None
     keys = list(builder.info.features.keys())
     for field in ("source_lang", "target_lang"):
         lang = getattr(cfg, field)

@@ -58,7 +58,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from tf_transformer.errors import DataError
+from tf_transformer.errors import DataError, UserError
 from tf_transformer.io import atomic_write, check_writable, say
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -385,6 +385,9 @@ def build_vocab(
     vocab_size = int(vocab_size or cfg.vocab_size)
     prefix = str(output)
     prefix = prefix.removesuffix(".model")
+    if prefix.endswith(("/", os.sep)) or Path(prefix).is_dir() or not Path(prefix).name:
+        raise UserError(f"{output}: a folder; the vocabulary takes a file prefix, e.g. {Path(prefix) / 'spm'} (writes "
+                        "spm.model and spm.vocab)")
     model_path, vocab_path = Path(prefix + ".model"), Path(prefix + ".vocab")
     check_writable(model_path.parent)  # before the work, not after it
 
@@ -483,7 +486,6 @@ def resolve_vocabulary(cfg, default_path, *, tokenizer=None, build_missing: bool
     is set to the vocabulary's size (a different value in the config, e.g. a preset's, is
     replaced, with a note to ``log``). ``log`` gets one-line messages prefixed with ``who``.
     """
-    from tf_transformer.errors import UserError
 
     log = log or say
     if tokenizer is None:

@@ -96,6 +96,49 @@ def test_two_rows_end_to_end_and_resume(tiny, tmp_path, capsys):
     assert json.loads((out / "results.json").read_text()) == again
 
 
+def test_a_row_stopped_by_a_signal_stops_the_study_unrecorded(tiny, tmp_path, capsys, monkeypatch):
+    """SIGTERM / Ctrl-C stop the row's training at an update: that row is no result (its run
+    resumes from its backup on a rerun), so the study stops there, records nothing for it and
+    exits as tft train does (143 / 130)."""
+    from types import SimpleNamespace
+
+    from tf_transformer.training import loop
+
+    trained = []
+
+    def stopped(cfg, model_dir=None, **kwargs):
+        trained.append(model_dir)
+        return SimpleNamespace(stopped_early=signal, final_step=3)
+
+    monkeypatch.setattr(loop, "train", stopped)
+    for signal, code in (("SIGTERM", 143), ("SIGINT", 130)):
+        out = tmp_path / signal
+        args = ["ablate", "--rows", "E", "--steps", "2", "--output", str(out), "--verbose", "0",
+                *sum((["--set", o] for o in tiny), [])]
+        assert main(args) == code
+        err = capsys.readouterr().err
+        assert f"row base stopped by {signal} at update 3: not recorded; rerun the same command" in err
+        assert f"tft ablate: stopped by {signal} (0 row(s) in the report); rerun the same command" in err
+        assert not (out / "results.json").exists() and [p.name for p in trained] == ["base"]
+        trained.clear()
+
+
+def test_rows_of_another_resolved_config_are_refused(tmp_path):
+    """A config file edited between two runs keeps its name: the resolved config is compared
+    too (studies written before it was recorded are compared by the settings alone)."""
+    from tf_transformer.tuning.ablation import check_settings
+
+    settings = {"base_config": "tiny.yaml", "overrides": [], "steps": 10, "minutes": None, "beam_size": 1,
+                "alpha": 0.6, "bleu_sentences": 5, "config": {"model": {"d_ff": 64, "num_heads": 2}}}
+    previous = {"settings": settings, "rows": {"base": {}}}
+    check_settings(previous, dict(settings), tmp_path / "results.json")  # the same: fine
+    edited = {**settings, "config": {"model": {"d_ff": 128, "num_heads": 2}}}
+    with pytest.raises(UserError, match=r"other settings \(config model.d_ff: 64 there, 128 now\)"):
+        check_settings(previous, edited, tmp_path / "results.json")
+    older = {"settings": {k: v for k, v in settings.items() if k != "config"}, "rows": {"base": {}}}
+    check_settings(older, edited, tmp_path / "results.json")
+
+
 def test_list_and_bad_arguments(capsys):
     assert main(["ablate", "--list"]) == 0
     text = capsys.readouterr().out
@@ -104,6 +147,9 @@ def test_list_and_bad_arguments(capsys):
     assert "--output DIR is required" in capsys.readouterr().err
     assert main(["ablate", "--rows", "Z9", "--output", "x"]) == 2
     assert "'Z9' is not a Table 3 row" in capsys.readouterr().err
+    for value in ("nan", "inf", "0"):  # a NaN clock never runs out
+        assert main(["ablate", "--rows", "A1", "--output", "x", "--minutes", value]) == 2
+        assert f"--minutes {float(value)}: must be a finite number > 0" in capsys.readouterr().err
 
 
 def test_one_model_after_another_silences_only_the_retracing_warning():

@@ -281,6 +281,15 @@ def test_tune_flags_are_checked_before_tensorflow_is_imported(tmp_path):
     assert "search space num_heads=3 does not divide model.d_model=256" in out.stderr
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_a_trial_budget_must_be_a_finite_number_of_minutes(tmp_path, capsys, value):
+    """NaN minutes never ran out, and a search recorded with them could never be resumed (NaN != NaN)."""
+    assert main(["tune", "--output", str(tmp_path / "t"), "--minutes-per-trial", value]) == 2
+    assert f"--minutes-per-trial {float(value)}: must be a finite number > 0" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="minutes_per_trial=nan: must be a finite number > 0"):
+        run_search(load_config("multi30k_small"), tmp_path / "p", minutes_per_trial=float("nan"), verbose=0)
+
+
 def test_a_failed_trial_is_never_the_best(tiny, tmp_path, capsys):
     """Keras Tuner's get_best_trials returns failed trials when none completed: the table starred
     one and tft tune crashed formatting its missing objective. Empty validation files are now

@@ -20,6 +20,7 @@ Writes ``OUTPUT/results.md`` and ``OUTPUT/results.csv`` (one row per trial) and
 from __future__ import annotations
 
 import argparse
+import sys
 
 from tf_transformer.cli._common import add_config_arguments, checked_config, plain
 from tf_transformer.errors import UserError
@@ -94,8 +95,8 @@ def early_tune(args: argparse.Namespace) -> None:
             raise UserError(f"{flag} {value}: must be >= 1")
     if args.hyperband_factor < 2:
         raise UserError(f"--hyperband-factor {args.hyperband_factor}: must be >= 2")
-    if args.minutes_per_trial is not None and args.minutes_per_trial <= 0:
-        raise UserError(f"--minutes-per-trial {args.minutes_per_trial}: must be > 0")
+    if args.minutes_per_trial is not None and not 0 < args.minutes_per_trial < float("inf"):
+        raise UserError(f"--minutes-per-trial {args.minutes_per_trial}: must be a finite number > 0")
     from tf_transformer.config import ConfigError
     from tf_transformer.tuning.space import SearchSpace
 
@@ -169,11 +170,15 @@ def run_ablate(args: argparse.Namespace) -> int:
                         ("--beam", args.beam)):
         if value is not None and value < 1:
             raise UserError(f"{flag} {value}: must be >= 1")
-    if args.minutes is not None and args.minutes <= 0:
-        raise UserError(f"--minutes {args.minutes}: must be > 0")
+    if args.minutes is not None and not 0 < args.minutes < float("inf"):
+        raise UserError(f"--minutes {args.minutes}: must be a finite number > 0")
     result = run_ablation(args.rows, args.output, base_config=args.config, overrides=args.overrides,
                           steps=args.steps, minutes=args.minutes, beam_size=args.beam,
                           bleu_sentences=args.bleu_sentences, strategy=args.strategy,
                           validate=not args.no_validation, verbose=args.verbose)
+    if result.interrupted:
+        print(f"tft ablate: stopped by {result.interrupted} ({len(result.results['rows'])} row(s) in the report); "
+              "rerun the same command to go on", file=sys.stderr)
+        return {"SIGINT": 130, "SIGTERM": 143}[result.interrupted]
     print(f"tft ablate: {result.summary()}")
     return 0

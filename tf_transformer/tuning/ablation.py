@@ -67,8 +67,8 @@ def budget_config(base: Config, steps: Optional[int], minutes: Optional[float]) 
             raise UserError(f"steps={steps}: must be >= 1")
         cfg.train.train_steps = int(steps)
     if minutes is not None:
-        if minutes <= 0:
-            raise UserError(f"minutes={minutes}: must be > 0")
+        if not 0 < minutes < float("inf"):  # (NaN too: its clock would never run out)
+            raise UserError(f"minutes={minutes}: must be a finite number > 0")
         cfg.train.max_minutes = float(minutes)
         if steps is None:
             cfg.train.train_steps = 10**9  # the clock decides
@@ -115,10 +115,21 @@ def load_results(path: Path) -> dict:
 
 
 def check_settings(previous: dict, settings: dict, path: Path) -> None:
+    """Refuse to add rows to ``path``'s study when they would be trained otherwise than its rows:
+    other :data:`SETTING_KEYS`, or another resolved base config (a config file edited between
+    two runs keeps its name; studies written before the config was recorded are compared by the
+    settings alone)."""
+    from tf_transformer.training.rundir import flatten_fields
+
     old = previous.get("settings") or {}
-    diff = [k for k in SETTING_KEYS if old.get(k) != settings.get(k)]
+    diff = [f"{k}: {old.get(k)!r} there, {settings.get(k)!r} now"
+            for k in SETTING_KEYS if old.get(k) != settings.get(k)]
+    if "config" in old:
+        before, now = flatten_fields(old["config"]), flatten_fields(json.loads(json.dumps(settings["config"])))
+        diff += [f"config {k}: {before.get(k, '(unset)')!r} there, {now.get(k, '(unset)')!r} now"
+                 for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
     if diff and previous.get("rows"):
-        shown = ", ".join(f"{k}: {old.get(k)!r} there, {settings.get(k)!r} now" for k in diff)
+        shown = "; ".join(diff[:6]) + (f"; and {len(diff) - 6} more" if len(diff) > 6 else "")
         raise UserError(f"{path} holds rows made with other settings ({shown}); rows trained differently "
                         "are not comparable: rerun with the same settings or choose another output directory")
 
@@ -265,6 +276,7 @@ class AblationResult:
     report_md: Path
     report_png: Path
     results_json: Path
+    interrupted: Optional[str] = None  # "SIGTERM" / "SIGINT": a row was stopped, and the study with it
 
     def summary(self) -> str:
         n = len(self.results["rows"])
@@ -352,7 +364,8 @@ def run_ablation(rows: Union[str, Sequence[str]], output_dir, *, base_config: Un
 
     settings = {"base_config": base_name, "overrides": list(overrides), "steps": None if minutes and steps is None
                 else base.train.train_steps, "minutes": minutes, "beam_size": beam, "alpha": base.decode.alpha,
-                "bleu_sentences": bleu_sentences}
+                "bleu_sentences": bleu_sentences,
+                "config": {k: v for k, v in dataclasses.asdict(base).items() if k != "name"}}
     json_path = output_dir / "results.json"
     results = load_results(json_path)
     check_settings(results, settings, json_path)
@@ -388,6 +401,14 @@ def run_ablation(rows: Union[str, Sequence[str]], output_dir, *, base_config: Un
         with one_model_after_another():
             result = train(cfg, model_dir=row_dir, strategy=strategy, tokenizer=data_api.Tokenizer(proto),
                            valid_data=None if validate else False, verbose=verbose, log=log)
+            if result.stopped_early in ("SIGTERM", "SIGINT"):
+                # not a result: the row's run resumes from its backup when the study is rerun
+                log(f"ablate: row {row} stopped by {result.stopped_early} at update {result.final_step:,}: not "
+                    f"recorded; rerun the same command to go on with it")
+                md, png, js = write_report(results, output_dir) if results["rows"] else (None, None, None)
+                return AblationResult(output_dir=output_dir, results=results, trained=trained, skipped=skipped,
+                                      report_md=md, report_png=png, results_json=js,
+                                      interrupted=result.stopped_early)
             minutes_used = (time.time() - start) / 60.0
             model = load_model(str(result.model_path))
             scores = evaluate_row(model, cfg, data_api.Tokenizer(proto), beam, base.decode.alpha, bleu_sentences,

@@ -287,6 +287,8 @@ def run_search(config: Config, output_dir, *, algorithm: str = "random", max_tri
     steps_per_epoch = int(steps_per_epoch or min(config.train.steps_per_epoch, steps_per_trial))
     if steps_per_trial < 1 or steps_per_epoch < 1:
         raise ConfigError(f"steps per trial ({steps_per_trial}) and per epoch ({steps_per_epoch}) must be >= 1")
+    if minutes_per_trial is not None and not 0 < minutes_per_trial < float("inf"):
+        raise ConfigError(f"minutes_per_trial={minutes_per_trial}: must be a finite number > 0")
     epochs = max(1, math.ceil(steps_per_trial / steps_per_epoch))
     strategy = resolve_strategy(strategy, config.train.strategy, one_machine="tft tune (Keras Tuner's "
                                 "distribution_strategy supports single-worker strategies only)")

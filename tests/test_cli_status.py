@@ -213,6 +213,9 @@ def test_command_prints_text_or_json_and_refuses_non_runs(tmp_path, capsys):
     assert main(["status", str(run), str(tmp_path / "nothing")]) == 2
     out, err = capsys.readouterr()
     assert out == "" and f"{tmp_path / 'nothing'} does not exist: not a run directory" in err
+    assert main(["status", str(run), "--json", str(tmp_path)]) == 2  # a folder: the flag named, nothing printed
+    out, err = capsys.readouterr()
+    assert out == "" and f"--json {tmp_path}" in err
     (tmp_path / "empty").mkdir()
     assert main(["status", str(tmp_path / "empty")]) == 2
     assert "has no config.yaml" in capsys.readouterr().err

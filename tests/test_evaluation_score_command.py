@@ -112,6 +112,9 @@ def test_score_errors(files, capsys):
         (["--reference", ref, str(files / "short.txt")], "short.txt has 2 lines but --reference"),
         (["--reference", ref, str(files / "none.txt")], "none.txt: no such file"),
         (["--reference", str(files / "plain"), str(files / "good.txt")], "cannot tell the target language"),
+        # a format's suffix is no language (it read "txt" as one)
+        (["--reference", str(files / "short.txt"), str(files / "short.txt")], "cannot tell the target language"),
+        (["--reference", ref, str(files / "good.txt"), "--seed", "-1"], "--seed -1: must be between 0 and"),
         (["--reference", ref, str(files / "good.txt"), "--metrics", "bleu,chrf"], "unknown bleu"),
         (["--reference", ref, str(files / "good.txt"), "--bootstrap", "1"], "--bootstrap 1"),
         (["--reference", ref, str(files / "good.txt"), "--baseline", str(files / "bad.txt"), "--bootstrap", "0"],

@@ -62,11 +62,19 @@ def table(names=None, vocab_size: int = 37000, log: Optional[Callable[[str], Non
 
 
 def format_table(rows, vocab_size: int) -> str:
-    lines = [f"Parameters at a shared vocabulary of {vocab_size:,} (M = millions)", "",
-             "| preset | change | ours (M) | paper (M) | ours - base | paper - base |",
+    """The rows as a markdown table: in millions, or, when a model has under a million
+    parameters (a tiny config's 0.03M would read 0.0), as exact counts."""
+    exact = min((r[2] for r in rows), default=1.0) < 1.0
+    unit = "parameters" if exact else "M"
+
+    def count(x, sign=""):
+        return f"{round(x * 1e6):{sign},}" if exact else f"{x:{sign}.1f}"
+
+    lines = [f"Parameters at a shared vocabulary of {vocab_size:,} ({'exact counts' if exact else 'M = millions'})",
+             "", f"| preset | change | ours ({unit}) | paper (M) | ours - base | paper - base |",
              "|---|---|---:|---:|---:|---:|"]
     for n, change, ours, paper, d_ours, d_paper in rows:
         p = "" if paper is None else f"{paper}"
         dp = "" if d_paper is None else f"{d_paper:+d}"
-        lines.append(f"| {n} | {change} | {ours:.1f} | {p} | {d_ours:+.1f} | {dp} |")
+        lines.append(f"| {n} | {change} | {count(ours)} | {p} | {count(d_ours, '+')} | {dp} |")
     return "\n".join(lines)

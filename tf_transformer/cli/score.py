@@ -29,6 +29,9 @@ examples:
 """
 
 _LANG = re.compile(r"\.([a-z]{2,3})(?:\.gz)?$")
+#: File-name suffixes that name a format, not a language (``out.txt`` is not in a language "txt").
+_NOT_LANGUAGES = {"txt", "gz", "out", "hyp", "ref", "src", "tgt", "trg", "tok", "bpe", "spm", "raw", "log", "csv",
+                  "tsv", "xml", "sgm", "md", "dat", "tmp", "bak"}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +66,7 @@ def language_of(reference: str, lang: str | None) -> str:
     if lang:
         return lang
     found = _LANG.search(os.path.basename(reference))
-    if not found:
+    if not found or found.group(1) in _NOT_LANGUAGES:
         raise UserError(f"--reference {reference}: cannot tell the target language from the file name "
                         "(expected a suffix such as .de or .de.gz); give --lang (e.g. --lang de)")
     return found.group(1)
@@ -75,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     from tf_transformer.evaluation.degenerate import degenerate_outputs
     from tf_transformer.evaluation.significance import Scorer, format_comparisons, format_intervals
 
+    if not 0 <= args.seed < 2**32:
+        raise UserError(f"--seed {args.seed}: must be between 0 and 2**32 - 1")
     if args.bootstrap < 0 or args.bootstrap == 1:
         raise UserError(f"--bootstrap {args.bootstrap}: give 0 (scores only) or the number of resamples (>= 2; "
                         "1000 is usual)")

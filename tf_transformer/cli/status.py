@@ -29,8 +29,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tf_transformer.cli._common import check_output_file
     from tf_transformer.training.status import describe_status, run_state, run_status
 
+    check_output_file(args.json, "--json")  # before anything is printed
     statuses = [run_status(path) for path in args.runs]  # a bad directory: one line, exit 2, nothing printed
     for status in statuses:
         status["state"] = run_state(status)

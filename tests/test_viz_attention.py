@@ -77,6 +77,17 @@ def test_plot_attention_bad_layer_is_a_clear_error(tiny, capsys):
                  "--sentence", "A man.", "--layer", "7", "--output", str(root / "x.png")])
     assert code == 2
     assert "--layer 7: the model has 2 layers" in capsys.readouterr().err
+    base = ["plot-attention", "--model", str(root / "m.keras"), "--vocab", str(root / "spm.model"), "--sentence",
+            "A man."]
+    for extra, said in ((["--heads", "0,0"], "--heads 0,0: head 0 given more than once"),
+                        (["--query-token", "1"],
+                         "--query-token draws one query position's lines: it applies to --style lines or both")):
+        assert main(base + extra + ["--output", str(root / "x.png")]) == 2, extra
+        assert said in capsys.readouterr().err, extra
+    assert not (root / "x.png").exists()
+    # a folder that does not exist yet is made (it failed after the model had run)
+    assert main(base + ["--output", str(root / "new" / "dir" / "x.png")]) == 0
+    assert (root / "new" / "dir" / "x.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_a_sentence_over_the_model_limit_is_plotted_cut_with_a_warning(tiny, capsys):

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tf_transformer.cli._common import flags, resolve_run
+from tf_transformer.cli._common import check_output_file, flags, resolve_run
 from tf_transformer.errors import UserError
 
 #: ``--attention`` values (the model's names: tf_transformer.viz.attention.KINDS).
@@ -57,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.suffix.lower() not in (".png", ".svg"):
         raise UserError(f"--output {out}: expected a .png or .svg file name")
+    check_output_file(args.output, "--output")  # before the model runs
+    if args.query_token is not None and args.style == "heatmap":
+        raise UserError("--query-token draws one query position's lines: it applies to --style lines or both (a "
+                        "heatmap shows every position)")
     resolve_run(args, "plot-attention", config=False)
     if args.vocab is None:
         raise UserError("--vocab is required: the model is not in a run directory with a vocab.model")
@@ -90,6 +94,9 @@ def run(args: argparse.Namespace) -> int:
         bad = [h for h in heads if not 0 <= h < w.shape[0]]
         if bad:
             raise UserError(f"--heads: {bad} out of range; the layer has {w.shape[0]} heads")
+        twice = sorted({h for h in heads if heads.count(h) > 1})
+        if twice:
+            raise UserError(f"--heads {args.heads}: head {', '.join(map(str, twice))} given more than once")
     if args.attention == "encoder":
         queries, keys, labels = src, src, ("source", "source")
     else:
@@ -100,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--query-token {args.query_token}: the query side has {len(queries)} tokens")
     title = f"{args.attention} attention, layer {layer + 1} of {len(layers)}"
     written = []
+    out.parent.mkdir(parents=True, exist_ok=True)
     if args.style in ("lines", "both"):
         path = out if args.style == "lines" else out.with_name(out.stem + "-lines" + out.suffix)
         plot_lines(w, queries, keys, heads=heads, query_index=args.query_token, title=title, path=path,

@@ -262,6 +262,22 @@ def _poison_keras(path: Path, out: Path):
     tmp.unlink()
 
 
+def test_average_of_checkpoints_from_another_architecture_is_one_line(run, capsys):
+    """A run whose config.yaml was edited after training (another depth): Keras' loading error
+    lists every layer it could not load over many lines; the refusal is one line naming the file."""
+    import yaml
+
+    copy = _copy(run, "average_arch")
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    config["model"]["num_layers"] += 1
+    (copy / "config.yaml").write_text(yaml.safe_dump(config))
+    before = _hashes(copy)
+    code, err = _call(["average", "--model-dir", copy, "--last", "5"], capsys)
+    _assert_refused(code, err, "cannot load it into the model", "another architecture")
+    assert "List of objects" not in err and len([line for line in err.splitlines() if "error" in line]) == 1
+    assert _hashes(copy) == before
+
+
 @pytest.mark.parametrize("damage", ["truncated", "nan"])
 def test_average_refuses_a_damaged_checkpoint(run, capsys, damage):
     copy = _copy(run, f"average_{damage}")

@@ -417,7 +417,12 @@ def load_weights(layer, path: Union[str, os.PathLike], what: str = "checkpoint")
     try:
         layer.load_weights(str(path))
     except Exception as e:  # noqa: BLE001 (shape/structure mismatch: keras raises several types)
-        raise UserError(f"{what} {path}: cannot load it into the model ({type(e).__name__}: {e})") from None
+        # Keras' message lists every layer it could not load, over several lines: its first line
+        # and first example say enough
+        lines = [line.strip() for line in str(e).splitlines() if line.strip() and not line.startswith("[<")]
+        detail = " ".join(lines[:2]) if lines and lines[0].endswith(":") else (lines[0] if lines else "")
+        raise UserError(f"{what} {path}: cannot load it into the model ({type(e).__name__}: {detail}); was it "
+                        "written by a model of another architecture (the run's config.yaml changed)?") from None
     variables = list(layer.weights)
     optimizer = getattr(layer, "optimizer", None)
     if optimizer is not None:

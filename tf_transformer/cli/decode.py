@@ -148,7 +148,10 @@ def _export_decode_defaults(args, decode) -> None:
     them for ``--engine tensorflow``; the flags still override them."""
     from tf_transformer.serving.ctranslate2 import read_export_info
 
-    recorded = read_export_info(args.model).get("decode") or {}
+    try:
+        recorded = read_export_info(args.model).get("decode") or {}
+    except UserError:
+        return  # not an export: said when the translator is made, after the flags' own checks
     for field in ("beam_size", "alpha", "max_extra_length"):
         if field in recorded:
             setattr(decode, field, type(getattr(decode, field))(recorded[field]))

@@ -38,6 +38,8 @@ def test_graph_lowercases_like_python_on_edge_cases():
     assert in_graph == [t.lower() for t in texts]
     assert [t.decode("utf-8") for t in tf_upper(tf.constant(texts)).numpy()] == [t.upper() for t in texts]
     assert tf_lower(tf.constant("Ä\0B")).numpy().decode("utf-8") == "ä\0b"  # a scalar stays a scalar
+    grid = tf_lower(tf.constant([["A\0B", "C"], ["", "\0D\0"]])).numpy().tolist()
+    assert grid == [[b"a\0b", b"c"], [b"", b"\0d\0"]]
     assert "ß" in "ẞ".lower()  # lowercasing, not case folding (which writes "ss")
 
 

@@ -128,16 +128,15 @@ def _tf_case(texts, which: str):
 
     change = tf.strings.lower if which == "lower" else tf.strings.upper
     texts = tf.convert_to_tensor(texts, tf.string)
-    if texts.shape.rank == 0:
-        return _tf_case(texts[None], which)[0]
-    parts = tf.strings.split(texts, sep="\0")  # (a tensor input: NUL is fine there)
+    shape = tf.shape(texts)  # any rank: cased as one flat list, then given its shape back
+    parts = tf.strings.split(tf.reshape(texts, [-1]), sep="\0")  # (a tensor input: NUL is fine there)
     changed = change(parts.flat_values, encoding="utf-8")
     # each part but a text's last gets its NUL back (reduce_join's separator, an attribute, would
     # itself be cut at the NUL)
     rows = parts.value_rowids()
     last = tf.range(tf.size(changed, out_type=rows.dtype)) == tf.gather(parts.row_limits(), rows) - 1
     changed = tf.where(last, changed, changed + "\0")
-    return tf.strings.reduce_join(parts.with_flat_values(changed), axis=-1)
+    return tf.reshape(tf.strings.reduce_join(parts.with_flat_values(changed), axis=-1), shape)
 
 
 def tf_mark(texts):

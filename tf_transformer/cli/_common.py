@@ -191,6 +191,10 @@ def resolve_run(args: argparse.Namespace, who: str, *, vocab: bool = True, confi
 #: The vocabulary's name in a run directory (``tft train`` copies it there).
 VOCAB_FILE = "vocab.model"
 
+#: Exit statuses of a training stopped early: a signal's as the shell gives it (128 + its number;
+#: the run resumable), 1 for a diverged loss.
+STOPPED_EXIT = {"nan": 1, "SIGINT": 130, "SIGTERM": 143}
+
 
 def _check_run_vocabulary(given: Path, own: Path) -> None:
     """``--vocab`` beside a run directory that has its own vocabulary: its pieces must be the

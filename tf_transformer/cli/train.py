@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 
-from tf_transformer.cli._common import add_config_arguments, checked_config, flags, plain
+from tf_transformer.cli._common import STOPPED_EXIT, add_config_arguments, checked_config, flags, plain
 from tf_transformer.config import STRATEGIES
 from tf_transformer.errors import UserError
 
@@ -84,8 +84,7 @@ def run_train(args: argparse.Namespace) -> int:
     except RunContractError as e:
         raise RunContractError(e.model_dir, e.differences, override="--allow-config-change") from None
     print(result.summary(), flush=True)
-    # stopped by a signal: the shell's status for it (128 + signal number), the run resumable
-    return {"nan": 1, "SIGINT": 130, "SIGTERM": 143}.get(result.stopped_early, 0)
+    return STOPPED_EXIT.get(result.stopped_early, 0)
 
 
 def configure_average(parser: argparse.ArgumentParser) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tf_transformer.cli._common import add_config_arguments, checked_config, plain
+from tf_transformer.cli._common import STOPPED_EXIT, add_config_arguments, checked_config, plain
 from tf_transformer.errors import UserError
 
 #: ``tft tune --help``'s epilog: the examples and what a trial does.
@@ -179,6 +179,6 @@ def run_ablate(args: argparse.Namespace) -> int:
     if result.interrupted:
         print(f"tft ablate: stopped by {result.interrupted} ({len(result.results['rows'])} row(s) in the report); "
               "rerun the same command to go on", file=sys.stderr)
-        return {"SIGINT": 130, "SIGTERM": 143}[result.interrupted]
+        return STOPPED_EXIT[result.interrupted]
     print(f"tft ablate: {result.summary()}")
     return 0

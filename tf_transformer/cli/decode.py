@@ -164,8 +164,7 @@ def build_translator(args):
     cfg, decode = decode_settings(args)
     n_best = _translations_per_line(args, decode)
     sampling = sampling_settings(args, decode)
-    unused = [flag for flag, name in (("--alpha", "alpha"), ("--stop-rule", "stop_rule"))
-              if getattr(args, name, None) is not None]
+    unused = _search_flags_given(args)
     if not sampling and decode.beam_size == 1 and unused:  # a note, not an error: sweeps over --beam include 1
         print(f"tft {args.command}: note: {', '.join(unused)} {'does' if len(unused) == 1 else 'do'} not apply to "
               "greedy search (--beam 1)", file=sys.stderr)
@@ -230,6 +229,13 @@ def _with_mbr(translator, args):
     return MBRTranslator(translator, getattr(args, "mbr_utility", None) or "chrf")
 
 
+def _search_flags_given(args) -> list[str]:
+    """The beam-search-only flags given (``--alpha``, ``--stop-rule``): what greedy search and
+    sampling do not use."""
+    return [flag for flag, name in (("--alpha", "alpha"), ("--stop-rule", "stop_rule"))
+            if getattr(args, name, None) is not None]
+
+
 def sampling_settings(args, decode) -> dict:
     """``Translator`` keywords of ``--sample`` and its ``--sample-topk``, ``--sample-topp``,
     ``--temperature`` and ``--seed`` (``{}`` without ``--sample``; then those flags are refused,
@@ -263,8 +269,7 @@ def sampling_settings(args, decode) -> dict:
     if temperature < MIN_TEMPERATURE:
         raise UserError(f"--temperature {temperature:g}: must be >= {MIN_TEMPERATURE:g} (below it a draw is the most "
                         "probable token: for that, leave out --sample)")
-    search_only = [flag for flag, name in (("--alpha", "alpha"), ("--stop-rule", "stop_rule"))
-                   if getattr(args, name, None) is not None]
+    search_only = _search_flags_given(args)
     if search_only:
         raise UserError(f"{', '.join(search_only)}: beam search {'settings' if len(search_only) > 1 else 'setting'};"
                         " --sample draws one token at a time and does not use "

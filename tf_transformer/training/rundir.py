@@ -67,22 +67,34 @@ def flatten_fields(raw: dict, prefix: str = "") -> dict:
     return out
 
 
+#: What :func:`changed_fields` reports for a field that one side does not have.
+UNSET = "(unset)"
+
+
+def changed_fields(old: dict, new: dict, missing=UNSET) -> list[tuple[str, object, object]]:
+    """``[(field, old value, new value), ...]``, sorted, of the dotted fields (:func:`flatten_fields`)
+    in which two nested mappings differ. A field one side lacks counts as ``None`` there (a
+    field added with a ``None`` default changes nothing) and is shown as ``missing``."""
+    old, new = flatten_fields(old), flatten_fields(new)
+    return [(k, old.get(k, missing), new.get(k, missing)) for k in sorted(set(old) | set(new))
+            if old.get(k) != new.get(k)]
+
+
+def listed(items: list, limit: int = 6) -> str:
+    """``items`` joined by ``; ``, the first ``limit`` of them and how many more."""
+    return "; ".join(items[:limit]) + (f"; and {len(items) - limit} more" if len(items) > limit else "")
+
+
 def _show(value) -> str:
     return "null" if value is None else str(value)
 
 
 def differences(old_cfg, new_cfg) -> list[tuple[str, str, str]]:
     """``[(field, old, new), ...]`` of the fields outside :data:`MAY_DIFFER` that differ."""
-    old = flatten_fields({"name": old_cfg.name, **old_cfg.to_dict()})
-    new = flatten_fields({"name": new_cfg.name, **new_cfg.to_dict()})
-    found = []
-    for field in sorted(set(old) | set(new)):
-        if field in MAY_DIFFER or field.split(".", 1)[0] in MAY_DIFFER_SECTIONS:
-            continue
-        a, b = old.get(field), new.get(field)
-        if a != b:
-            found.append((field, _show(a), _show(b)))
-    return found
+    changed = changed_fields({"name": old_cfg.name, **old_cfg.to_dict()}, {"name": new_cfg.name, **new_cfg.to_dict()},
+                             missing=None)
+    return [(field, _show(a), _show(b)) for field, a, b in changed
+            if field not in MAY_DIFFER and field.split(".", 1)[0] not in MAY_DIFFER_SECTIONS]
 
 
 def pipelines_that_ran(stored) -> int:

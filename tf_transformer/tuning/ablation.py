@@ -119,18 +119,16 @@ def check_settings(previous: dict, settings: dict, path: Path) -> None:
     other :data:`SETTING_KEYS`, or another resolved base config (a config file edited between
     two runs keeps its name; studies written before the config was recorded are compared by the
     settings alone)."""
-    from tf_transformer.training.rundir import flatten_fields
+    from tf_transformer.training.rundir import changed_fields, listed
 
     old = previous.get("settings") or {}
     diff = [f"{k}: {old.get(k)!r} there, {settings.get(k)!r} now"
             for k in SETTING_KEYS if old.get(k) != settings.get(k)]
     if "config" in old:
-        before, now = flatten_fields(old["config"]), flatten_fields(json.loads(json.dumps(settings["config"])))
-        diff += [f"config {k}: {before.get(k, '(unset)')!r} there, {now.get(k, '(unset)')!r} now"
-                 for k in sorted(set(before) | set(now)) if before.get(k) != now.get(k)]
+        diff += [f"config {k}: {a!r} there, {b!r} now"
+                 for k, a, b in changed_fields(old["config"], json.loads(json.dumps(settings["config"])))]
     if diff and previous.get("rows"):
-        shown = "; ".join(diff[:6]) + (f"; and {len(diff) - 6} more" if len(diff) > 6 else "")
-        raise UserError(f"{path} holds rows made with other settings ({shown}); rows trained differently "
+        raise UserError(f"{path} holds rows made with other settings ({listed(diff)}); rows trained differently "
                         "are not comparable: rerun with the same settings or choose another output directory")
 
 

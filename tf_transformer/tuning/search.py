@@ -37,7 +37,7 @@ import keras_tuner as kt
 
 from tf_transformer.config import Config, ConfigError
 from tf_transformer.io import atomic_write, one_model_after_another, say
-from tf_transformer.training.rundir import flatten_fields
+from tf_transformer.training.rundir import changed_fields, listed
 from tf_transformer.tuning.hypermodel import OBJECTIVES, SearchSpace, TransformerHyperModel, objective_for
 
 ALGORITHMS = ("random", "hyperband")
@@ -240,16 +240,13 @@ def _check_same_search(output_dir: Path, algorithm: str, identity: dict, overwri
     if overwrite or not project.is_dir() or not recorded.is_file():
         return
     try:
-        old = flatten_fields(json.loads(recorded.read_text(encoding="utf-8")))
+        old = json.loads(recorded.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         raise ConfigError(f"{recorded}: not readable ({e}); use --overwrite to restart the search") from None
-    new = flatten_fields(json.loads(json.dumps(identity)))
-    changed = [f"{k}: {old.get(k, '(unset)')!r} -> {new.get(k, '(unset)')!r}"
-               for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    changed = [f"{k}: {a!r} -> {b!r}" for k, a, b in changed_fields(old, json.loads(json.dumps(identity)))]
     if changed:
-        shown = "; ".join(changed[:6]) + (f"; and {len(changed) - 6} more" if len(changed) > 6 else "")
-        raise ConfigError(f"{project} holds a {algorithm} search with other settings ({shown}): resuming it would "
-                          "mix the two; use --overwrite to restart it, or another --output")
+        raise ConfigError(f"{project} holds a {algorithm} search with other settings ({listed(changed)}): resuming "
+                          "it would mix the two; use --overwrite to restart it, or another --output")
 
 
 def run_search(config: Config, output_dir, *, algorithm: str = "random", max_trials: int = 10,
